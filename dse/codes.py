@@ -1,0 +1,87 @@
+"""Small integer codes for the categorical knobs of the cost model.
+
+Categorical inputs (recompute mode, precision, MLP kind, attention kernel, ...) are turned into integer
+codes at the edge (spec loader, case reader, CLI) so that the cost kernels only ever see numeric arrays and
+branch with boolean masks (the numpy-financial pattern).  The code of a value is its position in the tuple.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
+RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = 0, 1, 2
+
+#: Compute precision of the matmuls.  fp16 and bf16 run at the same tensor-core rate on every catalogued GPU.
+PRECISION: tuple[str, ...] = ("fp16", "bf16", "fp8", "fp4")
+PRECISION_FP16, PRECISION_BF16, PRECISION_FP8, PRECISION_FP4 = 0, 1, 2, 3
+
+#: Feed-forward kind: gelu = 2 matrices, swiglu = 3 matrices (gated), relu2 = 2 matrices (squared ReLU).
+MLP: tuple[str, ...] = ("gelu", "swiglu", "relu2")
+MLP_GELU, MLP_SWIGLU, MLP_RELU2 = 0, 1, 2
+
+#: Attention kernel: fused FlashAttention-style (no s^2 tensor in HBM, causal blocks skipped) or the
+#: unfused Megatron-LM 2021/22 path (QK^T GEMM, fused scale-mask-softmax, dropout, AV GEMM).
+ATTENTION: tuple[str, ...] = ("flash", "standard")
+ATTENTION_FLASH, ATTENTION_STANDARD = 0, 1
+
+#: How tensor-parallel communication overlaps compute.  none: every collective is on the critical path
+#: (Megatron-LM 2021).  backward: the backward all-reduce / reduce-scatter of input gradients runs under the
+#: weight-gradient GEMM (Megatron-LM async TP communication, Korthikanti 2022 §6.2).  full: all TP
+#: collectives pipelined with their GEMMs (Transformer Engine userbuffers, NeMo ``tp_comm_overlap``; needs
+#: sequence parallelism, otherwise it falls back to ``backward``).
+TP_OVERLAP: tuple[str, ...] = ("none", "backward", "full")
+TP_OVERLAP_NONE, TP_OVERLAP_BACKWARD, TP_OVERLAP_FULL = 0, 1, 2
+
+#: Reasons a configuration has no answer.  Code 0 means feasible.  The order is the order of the checks:
+#: the first failing check is reported.
+REASONS: tuple[str, ...] = (
+    "",
+    "nonpositive_size",
+    "unknown_system",
+    "precision_unsupported_by_system",
+    "tp*pp*cp*dp != gpus",
+    "hidden % heads != 0",
+    "heads % kv_heads != 0",
+    "top_k > experts",
+    "heads % tp != 0",
+    "kv_heads % tp != 0",
+    "layers % (pp*vpp) != 0",
+    "vpp > 1 needs pp > 1",
+    "global_batch % (dp*micro_batch) != 0",
+    "microbatches % pp != 0 (interleaved schedule)",
+    "seq_len % (2*cp) != 0",
+    "cp > 1 needs flash attention",
+    "experts % ep != 0",
+    "(dp*cp) % ep != 0",
+    "zero >= 2 with pp > 1 unsupported",
+    "crosses nodes without scale-out network",
+    "exceeds_hbm",
+)
+REASON_CODE: dict[str, int] = {r: i for i, r in enumerate(REASONS)}
+
+
+def encode(values: Iterable[object] | object, vocabulary: Sequence[str], key: str = "value") -> np.ndarray:
+    """Map names (case-insensitive) to their codes in ``vocabulary``.
+
+    Raises ``ValueError`` naming ``key``, the bad value and the allowed values.  Used at the edges only
+    (spec loader, case reader, CLI); the work is one ``np.unique`` over the distinct names, not one Python
+    step per configuration.
+    """
+    arr = np.atleast_1d(np.asarray(values, dtype=object))
+    names = np.char.lower(np.char.strip(arr.astype(str)))
+    uniq, inverse = np.unique(names, return_inverse=True)
+    lookup = {name: i for i, name in enumerate(vocabulary)}
+    table = np.empty(len(uniq), dtype=np.int64)
+    for j, name in enumerate(uniq):
+        if name not in lookup:
+            raise ValueError(f"{key}: {str(name)!r} is not allowed; allowed values: {', '.join(vocabulary)}")
+        table[j] = lookup[name]
+    return table[inverse].reshape(arr.shape)
+
+
+def decode(codes: np.ndarray, vocabulary: Sequence[str]) -> np.ndarray:
+    """Inverse of :func:`encode` (object array of names)."""
+    return np.asarray(vocabulary, dtype=object)[np.asarray(codes, dtype=np.int64)]

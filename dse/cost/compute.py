@@ -1,0 +1,55 @@
+"""Compute terms: GEMM FLOPs and bytes, and their time on a roofline with per-precision efficiency.
+
+All functions take numpy arrays (or scalars) that broadcast together and return float64 arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dse.codes import PRECISION_FP4, PRECISION_FP8
+
+Array = np.ndarray
+
+
+def gemm_flops(m: Array, n: Array, k: Array) -> Array:
+    """FLOPs of an (m×k)·(k×n) matrix product: 2·m·n·k.
+
+    Narayanan et al. 2021 (arXiv 2104.04473), Appendix: "A_{m×k} × X_{k×n} requires 2m×k×n FLOPs".
+    """
+    return 2.0 * m * n * k
+
+
+def gemm_bytes(m: Array, n: Array, k: Array, in_bytes: Array, weight_bytes: Array, out_bytes: Array) -> Array:
+    """HBM bytes of one GEMM that streams each operand once: m·k·in + k·n·w + m·n·out."""
+    return m * k * in_bytes + k * n * weight_bytes + m * n * out_bytes
+
+
+def roofline_time(flops: Array, bytes_moved: Array, flops_rate: Array, bytes_rate: Array) -> Array:
+    """t = max(F / P_eff, B / W_eff): the roofline bound (Williams, Waterman, Patterson 2009) with
+    achieved rates P_eff = peak·efficiency and W_eff = bandwidth·efficiency."""
+    return np.maximum(flops / flops_rate, bytes_moved / bytes_rate)
+
+
+def matmul_peak_flops(precision: Array, hw: dict[str, Array]) -> Array:
+    """Dense tensor-core peak at the matmul precision (fp16 and bf16 share one rate); NaN when the GPU has
+    no tensor-core support for that precision (e.g. fp8 on A100)."""
+    return np.where(
+        precision == PRECISION_FP8,
+        hw["tensor_fp8_flops"],
+        np.where(precision == PRECISION_FP4, hw["tensor_fp4_flops"], hw["tensor_fp16_flops"]),
+    )
+
+
+def matmul_efficiency(precision: Array, hw: dict[str, Array]) -> Array:
+    """Fraction of the tensor peak a large GEMM reaches at that precision (per GPU generation)."""
+    return np.where(
+        precision == PRECISION_FP8,
+        hw["matmul_eff_fp8"],
+        np.where(precision == PRECISION_FP4, hw["matmul_eff_fp4"], hw["matmul_eff_fp16"]),
+    )
+
+
+def operand_bytes(precision: Array) -> Array:
+    """Bytes per GEMM input element at the matmul precision (16-bit: 2, fp8: 1, fp4: 0.5)."""
+    return np.where(precision == PRECISION_FP8, 1.0, np.where(precision == PRECISION_FP4, 0.5, 2.0))

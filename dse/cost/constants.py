@@ -1,0 +1,52 @@
+"""Byte counts of the memory-bound kernels and the fixed memory reserve, with their derivations.
+
+These are properties of the kernels (how many bytes each one reads and writes per element), not efficiency
+constants; they are not fitted.  Activations are 16-bit, dropout masks 1 byte (Korthikanti 2022 §4).
+"""
+
+#: Residual stream, forward, bytes per (token · hidden / sp) element of one layer: two norms
+#: (read 2 + write 2 each) and two fused bias-dropout-add kernels (read 2 + residual 2, write 2, mask 1).
+RESIDUAL_FWD_BYTES = 2 * 4.0 + 2 * 7.0
+#: Residual stream, backward: two norm backwards (read x, dy, write dx: 6) and two dropout-add backwards
+#: (read dy 2 + mask 1, write 2: 5).
+RESIDUAL_BWD_BYTES = 2 * 6.0 + 2 * 5.0
+
+#: FFN activation, bytes per (token · ffn/t) element.  gelu/relu2: read 2, write 2; backward read x, dy,
+#: write dx.  swiglu: read gate and up (4), write 2; backward read gate, up, dy (6), write two grads (4).
+ACTIVATION_FWD_BYTES_2MAT = 4.0
+ACTIVATION_BWD_BYTES_2MAT = 6.0
+ACTIVATION_FWD_BYTES_SWIGLU = 6.0
+ACTIVATION_BWD_BYTES_SWIGLU = 10.0
+
+#: Standard (unfused) attention, bytes per element of the b·(a/t)·s·s score matrix.  Forward: QKᵀ writes
+#: 2, fused scale-mask-softmax reads 2 writes 2, dropout reads 2 writes 2 plus a 1-byte mask, AV reads 2.
+STANDARD_ATTENTION_FWD_BYTES = 13.0
+#: Backward: AV backward writes dP 2 and reads P 2, dropout backward reads 2 + mask 1 and writes 2, softmax
+#: backward reads y, dy and writes dx (6), the QKᵀ backward reads dS twice (4).
+STANDARD_ATTENTION_BWD_BYTES = 19.0
+
+#: FlashAttention backward does 5 matmuls for the forward's 2 (it recomputes QKᵀ): 2.5× the forward FLOPs
+#: (Dao 2023, arXiv 2307.08691 §4.1).
+FLASH_BACKWARD_FLOP_RATIO = 2.5
+#: Causal masking: FlashAttention skips the blocks above the diagonal, half the score matrix.
+CAUSAL_FRACTION = 0.5
+
+#: Low-precision (fp8/fp4) GEMMs need their 16-bit activation inputs and output gradients quantized: one
+#: fused cast-transpose kernel per tensor (Transformer Engine) reads 2 bytes and writes the low-precision
+#: copy and its transpose (for the weight-gradient GEMM): 2 + 1 + 1 bytes per element.
+LOW_PRECISION_CAST_BYTES = 4.0
+
+#: Vocabulary-parallel cross-entropy, bytes per logits element (token · V/t), forward + backward: cast to
+#: fp32 (read 2, write 4), max and sum-exp passes (read 4 + 4), softmax-minus-one-hot gradient (read 4,
+#: write 2).
+CROSS_ENTROPY_BYTES = 20.0
+#: Embedding lookup per (token · h): forward reads and writes 2 + 2, backward scatter-adds into fp32 (8).
+EMBEDDING_BYTES = 12.0
+
+#: Adam step per parameter held: read fp32 master, momentum, variance and fp32 gradient (16), write the
+#: three states (12), write the 16-bit weight copy (2), plus the gradient-norm read (2).
+ADAM_BYTES_PER_PARAM = 32.0
+
+#: Memory the framework holds besides model states and activations: CUDA context, NCCL buffers and
+#: allocator fragmentation.  ASSUMPTION (not sourced): 2 GB; documented in the README.
+RUNTIME_RESERVED_BYTES = 2.0e9

@@ -1,0 +1,87 @@
+"""Memory per GPU: model states (weights, gradients, optimizer) and activations.
+
+Model states follow ZeRO (Rajbhandari et al. 2020, arXiv 1910.02054 §3.1, §5): mixed-precision Adam keeps
+2Ψ bytes of 16-bit weights, 2Ψ of 16-bit gradients and KΨ = 12Ψ of fp32 master weights, momentum and
+variance.  Stage 1 shards the optimizer states over the N_d data-parallel ranks, stage 2 also the
+gradients, stage 3 also the weights:  (2 + 2 + K)Ψ → 2Ψ + 2Ψ + KΨ/N_d → 2Ψ + (2+K)Ψ/N_d → (2+2+K)Ψ/N_d.
+
+Activations follow Korthikanti et al. 2022 (arXiv 2205.05198) Table 2, generalised to GQA, gated FFNs,
+MoE, FlashAttention and context parallelism.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dse.codes import MLP_SWIGLU
+
+Array = np.ndarray
+
+WEIGHT_BYTES = 2.0  #: 16-bit weights (ZeRO §3.1)
+GRAD_BYTES = 2.0  #: 16-bit gradients (ZeRO §3.1)
+OPTIMIZER_BYTES = 12.0  #: fp32 master weights + Adam momentum + variance, K = 12 (ZeRO §3.1)
+
+
+def weight_bytes(params: Array, dp_shards: Array, zero: Array) -> Array:
+    """16-bit weights, sharded over the data-parallel ranks at ZeRO-3: 2Ψ / (N_d if zero = 3)."""
+    return WEIGHT_BYTES * params / np.where(zero >= 3, dp_shards, 1.0)
+
+
+def gradient_bytes(params: Array, dp_shards: Array, zero: Array) -> Array:
+    """16-bit gradients, sharded at ZeRO ≥ 2: 2Ψ / (N_d if zero ≥ 2)."""
+    return GRAD_BYTES * params / np.where(zero >= 2, dp_shards, 1.0)
+
+
+def optimizer_bytes(params: Array, dp_shards: Array, zero: Array) -> Array:
+    """Mixed-precision Adam states, sharded at ZeRO ≥ 1: 12Ψ / (N_d if zero ≥ 1)."""
+    return OPTIMIZER_BYTES * params / np.where(zero >= 1, dp_shards, 1.0)
+
+
+def activation_bytes_per_layer(
+    tokens: Array, micro_batch: Array, seq_len: Array, hidden: Array, heads: Array, kv_width: Array,
+    ffn_hidden: Array, mlp: Array, top_k: Array, tp: Array, sp: Array, standard_attention: Array,
+    selective: Array, full: Array, gemm_input_bytes: Array,
+) -> Array:
+    """Bytes of activations one layer keeps for its backward pass, for one micro-batch, on one GPU.
+
+    Korthikanti 2022 Table 2, in bytes, per layer (s·b tokens, 16-bit values, 1-byte dropout masks):
+
+    * tensor parallel                 sbh·(10 + 24/t + 5as/(ht))
+    * tensor + sequence parallel      sbh·(34/t + 5as/(ht))
+    * + selective recomputation       drops the 5as²b/t attention term
+    * full recomputation              2sbh (only the layer input; /t with sequence parallelism)
+
+    Generalised term by term.  Replicated part (divided by t only with sequence parallelism): two norm
+    inputs 2h + 2h, two norm outputs that feed the QKV and FFN GEMMs, two dropout masks h + h.  Split part
+    (divided by t): Q 2h, K and V 2·2·g·d, the output-projection input, and the FFN — activation input 2f
+    (gelu, relu2) or gate + up 4f (swiglu) — and the second-linear input, for the top_k experts a token
+    visits.  The four GEMM inputs are saved at ``gemm_input_bytes`` (2 in 16-bit training; 1 when
+    Transformer Engine keeps FP8 copies for the backward GEMMs), so with 16 bits this is exactly Table 2.
+    FlashAttention keeps no s×s tensor, so the 5as² term exists only for the standard kernel without
+    selective recomputation.  ``tokens`` = b·s/cp.
+    """
+    gi = gemm_input_bytes
+    resid = tokens * hidden / np.where(sp, tp, 1.0)
+    replicated = (2.0 + 2.0 + 1.0 + 1.0 + 2.0 * gi) * resid
+    ffn_act = np.where(mlp == MLP_SWIGLU, 4.0, 2.0)
+    split = tokens * ((2.0 + gi) * hidden + 4.0 * kv_width + (ffn_act + gi) * top_k * ffn_hidden) / tp
+    scores = np.where(standard_attention & ~selective, 5.0 * micro_batch * heads / tp * seq_len * seq_len, 0.0)
+    stored = replicated + split + scores
+    return np.where(full, 2.0 * resid, stored)
+
+
+def activation_bytes_no_recompute(
+    tokens: Array, micro_batch: Array, seq_len: Array, hidden: Array, heads: Array, kv_width: Array,
+    ffn_hidden: Array, mlp: Array, top_k: Array, tp: Array, sp: Array, standard_attention: Array,
+    gemm_input_bytes: Array,
+) -> Array:
+    """Activations of one layer without recomputation: the transient peak while a fully recomputed layer
+    runs its backward pass."""
+    false = np.zeros_like(tokens, dtype=bool)
+    return activation_bytes_per_layer(tokens, micro_batch, seq_len, hidden, heads, kv_width, ffn_hidden, mlp,
+                                      top_k, tp, sp, standard_attention, false, false, gemm_input_bytes)
+
+
+def logits_bytes(tokens: Array, vocab: Array, tp: Array) -> Array:
+    """fp32 logits of the vocabulary-parallel loss on the last stage: 4·s·b·V/t (Korthikanti §4.3)."""
+    return 4.0 * tokens * vocab / tp

@@ -1,0 +1,45 @@
+"""Communication volumes of each parallelism, per layer and micro-batch (bytes), and the groups they run on.
+
+Group placement (Megatron-LM order tp → cp → ep → dp → pp): TP stride 1; CP stride t; EP stride t·c;
+the gradient-synchronisation group of dense weights is dp·cp with stride t (context-parallel ranks hold
+the same weights); expert weights synchronise over dp·cp/ep with stride t·c·ep; PP neighbours are t·c·dp
+ranks apart.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+Array = np.ndarray
+
+ACTIVATION_BYTES = 2.0  #: activations and their gradients travel in 16 bits (bf16/fp16)
+GRAD_COMM_BYTES = 2.0  #: gradients are reduced in 16 bits (ZeRO §7.1 convention; NeMo grad_sync_dtype bf16)
+
+
+def tp_activation_bytes(tokens: Array, hidden: Array) -> Array:
+    """Size of one TP collective: the full b·s·h activation of a micro-batch, 2 bytes each.
+
+    Narayanan 2021 §3.2: "tensors of total size bsh need to be all-reduced among t model replicas twice
+    each in the forward and backward pass for each layer".  With sequence parallelism each all-reduce
+    becomes an all-gather plus a reduce-scatter of the same size (Korthikanti 2022 §4.2.2).
+    """
+    return ACTIVATION_BYTES * tokens * hidden
+
+
+def cp_kv_chunk_bytes(micro_batch: Array, seq_len: Array, cp: Array, kv_width: Array, tp: Array) -> Array:
+    """K and V of one sequence chunk, exchanged at each of the cp−1 steps of ring attention:
+    2 · b · (s/cp) · (g·d/t) · 2 bytes."""
+    return 2.0 * micro_batch * seq_len / cp * kv_width / tp * ACTIVATION_BYTES
+
+
+def ep_dispatch_bytes(tokens: Array, hidden: Array, top_k: Array, tp: Array, sp: Array) -> Array:
+    """Bytes one GPU sends in one MoE all-to-all: its tokens (sequence-sharded with sp) × top_k × h × 2."""
+    return tokens * top_k * hidden * ACTIVATION_BYTES / np.where(sp, tp, 1.0)
+
+
+def pp_activation_bytes(micro_batch: Array, seq_len: Array, cp: Array, hidden: Array, tp: Array) -> Array:
+    """Activation sent between pipeline stages per micro-batch: b·(s/cp)·h·2/t bytes.
+
+    Narayanan 2021 §4.1 scatter/gather: each of the t ranks sends 1/t of the bsh tensor over its own NIC
+    (with sequence parallelism the tensor is already sharded)."""
+    return micro_batch * seq_len / cp * hidden * ACTIVATION_BYTES / tp

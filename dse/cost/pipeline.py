@@ -1,0 +1,44 @@
+"""Pipeline parallelism: 1F1B and interleaved schedules.
+
+Narayanan et al. 2021 (arXiv 2104.04473) §2.2: with p stages, m micro-batches and v model chunks per
+device, the bubble is (p−1)·(t_f + t_b)/v, i.e. a fraction (p−1)/(v·m) of the ideal time; 1F1B keeps at
+most p micro-batches in flight on the first stage; the interleaved schedule needs m to be a multiple of p.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+Array = np.ndarray
+
+
+def pipeline_time(microbatches: Array, pp: Array, vpp: Array, t_mb_slowest: Array, t_mb_mean: Array) -> Array:
+    """Time of the forward/backward part of one step.
+
+    t = m · t_slowest + (p − 1)/v · t_mean
+
+    The steady state is paced by the slowest stage (stages with the embedding or the logits do more work);
+    the fill and drain add (p−1)/v micro-batch times of an average stage (Narayanan 2021 §2.2.2).  With
+    p = 1 this is m · t.
+    """
+    return microbatches * t_mb_slowest + pipeline_bubble_time(pp, vpp, t_mb_mean)
+
+
+def pipeline_bubble_time(pp: Array, vpp: Array, t_mb_mean: Array) -> Array:
+    """Bubble: (p − 1)/v micro-batch times (Narayanan 2021 §2.2.2, t_pb^int = (p−1)·(t_f+t_b)/v)."""
+    return (pp - 1.0) / vpp * t_mb_mean
+
+
+def inflight_layer_microbatches(microbatches: Array, pp: Array, vpp: Array, layers: Array) -> Array:
+    """Layer·micro-batch activations the first stage holds at its peak.
+
+    1F1B (v = 1): min(p, m) micro-batches of its L/p layers (Narayanan 2021 §2.2.1: "at most the number of
+    pipeline stages").  Interleaved (v > 1): Megatron-LM warms up 2(p−1) + (v−1)·p chunk-micro-batches
+    before the first backward on rank 0, so 2(p−1) + (v−1)·p + 1 chunks of L/(p·v) layers are alive, i.e.
+    L·(1 + (p−1)/(p·v)) layers' worth — Korthikanti 2022 §4.2.3's factor (1 + (p−1)/(p·v)) —
+    at most all m·v chunks.
+    """
+    one_f_one_b = np.minimum(pp, microbatches) * layers / pp
+    chunks = np.minimum(2.0 * (pp - 1.0) + (vpp - 1.0) * pp + 1.0, microbatches * vpp)
+    interleaved = chunks * layers / (pp * vpp)
+    return np.where(vpp > 1, interleaved, one_f_one_b)

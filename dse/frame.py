@@ -1,0 +1,265 @@
+"""The edge between tables and kernels: check a configuration table, fill documented defaults, encode
+categorical columns, gather hardware columns, and add the model's outputs.
+
+Tables use the columns of ``shared/reference/README.md`` (read by name, never by position) plus a few
+optional knobs of this model (:data:`OPTIONAL_KNOBS`).  Empty cells take the defaults in
+:data:`DEFAULTS_DOC`.  Every check names the row, the column, the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from dse import codes
+from dse.cost.training import TRAIN_METRICS, train_step
+from dse.hardware import catalog as hwcat
+from dse.models.catalog import models as model_catalog
+
+DIMENSION_COLUMNS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts", "top_k")
+PARALLEL_COLUMNS = ("gpus", "tp", "pp", "dp", "cp", "ep", "vpp")
+TRAIN_COLUMNS = ("sp", "micro_batch", "global_batch", "seq_len", "recompute", "zero", "precision")
+#: Knobs of this model that the reference schema does not have; a table may add them as columns.
+OPTIONAL_KNOBS = ("attention", "tp_overlap", "dp_overlap", "pp_overlap", "tied_embeddings")
+
+#: Categorical columns and their allowed values.
+CATEGORICAL: dict[str, tuple[str, ...]] = {
+    "mlp": codes.MLP,
+    "recompute": codes.RECOMPUTE,
+    "precision": codes.PRECISION,
+    "attention": codes.ATTENTION,
+    "tp_overlap": codes.TP_OVERLAP,
+}
+#: Integer columns: (minimum allowed value).
+INTEGER_MIN: dict[str, int] = {
+    "layers": 1, "hidden": 1, "heads": 1, "kv_heads": 1, "ffn_hidden": 1, "vocab": 1, "experts": 1,
+    "top_k": 1, "gpus": 1, "tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": 1,
+    "global_batch": 1, "seq_len": 1, "sp": 0, "zero": 0, "dp_overlap": 0, "pp_overlap": 0,
+    "tied_embeddings": 0, "batch": 1, "input_len": 1, "output_len": 0,
+}
+INTEGER_MAX: dict[str, int] = {"sp": 1, "zero": 3, "dp_overlap": 1, "pp_overlap": 1, "tied_embeddings": 1}
+
+#: The defaults for empty cells, as documented in the README ("Defaults").
+DEFAULTS_DOC: dict[str, str] = {
+    "kv_heads": "heads (multi-head attention)",
+    "ffn_hidden": "4 * hidden",
+    "mlp": "gelu",
+    "experts": "1",
+    "top_k": "1",
+    "cp": "1",
+    "ep": "1",
+    "vpp": "1 (plain 1F1B)",
+    "dp": "gpus / (tp * pp * cp)",
+    "gpus": "tp * pp * cp * dp",
+    "sp": "1 when tp > 1, else 0 (Megatron-core / NeMo default)",
+    "micro_batch": "1",
+    "recompute": "none",
+    "zero": "1 (Megatron distributed optimizer, the NeMo default)",
+    "precision": "bf16",
+    "attention": "flash",
+    "tp_overlap": "full (Transformer Engine userbuffers; needs sp, else backward)",
+    "dp_overlap": "1 (gradient reduce-scatter / parameter all-gather overlapped)",
+    "pp_overlap": "1 (pipeline send/recv overlapped with compute)",
+    "tied_embeddings": "the catalog's value when `model` names a catalogued model with the same dimensions, else 0",
+}
+
+
+class InputError(ValueError):
+    """Bad input table: the message names the source, the row, the column, the value and what is allowed."""
+
+
+def _where(source: str, frame: pd.DataFrame, pos: int) -> str:
+    row = frame.index[pos]
+    case = ""
+    if "case" in frame.columns and isinstance(frame["case"].iloc[pos], str):
+        case = f" (case {frame['case'].iloc[pos]!r})"
+    line = f"row {row + 2}" if isinstance(row, (int, np.integer)) else f"row {row!r}"
+    return f"{source}: {line}{case}"
+
+
+def _blank(series: pd.Series) -> np.ndarray:
+    """True where a cell is empty (NaN or whitespace)."""
+    values = series.to_numpy(dtype=object)
+    return np.array([v is None or (isinstance(v, float) and np.isnan(v)) or (isinstance(v, str) and not v.strip())
+                     for v in values], dtype=bool) if len(values) else np.zeros(0, dtype=bool)
+
+
+def _integers(frame: pd.DataFrame, col: str, source: str) -> pd.Series:
+    """Column as float64 with NaN for empty cells; raises InputError on a non-integer or out-of-range value."""
+    raw = frame[col]
+    blank = _blank(raw)
+    num = pd.to_numeric(raw.where(~blank, np.nan), errors="coerce").astype(np.float64)
+    bad = (~blank) & (num.isna().to_numpy() | (np.fmod(num.fillna(0).to_numpy(), 1.0) != 0))
+    lo, hi = INTEGER_MIN.get(col, 0), INTEGER_MAX.get(col)
+    vals = num.to_numpy()
+    bad |= (~blank) & ~np.isnan(vals) & (vals < lo)
+    if hi is not None:
+        bad |= (~blank) & ~np.isnan(vals) & (vals > hi)
+    if bad.any():
+        pos = int(np.flatnonzero(bad)[0])
+        allowed = f"an integer >= {lo}" if hi is None else f"an integer in {lo}..{hi}"
+        raise InputError(f"{_where(source, frame, pos)}, column {col!r}: value {raw.iloc[pos]!r} is not allowed; "
+                         f"allowed: {allowed} (or empty for the default)")
+    return num
+
+
+def _categorical(frame: pd.DataFrame, col: str, source: str, default: str) -> np.ndarray:
+    raw = frame[col]
+    blank = _blank(raw)
+    names = raw.astype(object).where(~blank, default).astype(str).str.strip().str.lower()
+    allowed = CATEGORICAL[col]
+    ok = names.isin(allowed).to_numpy()
+    if not ok.all():
+        pos = int(np.flatnonzero(~ok)[0])
+        raise InputError(f"{_where(source, frame, pos)}, column {col!r}: value {raw.iloc[pos]!r} is not allowed; "
+                         f"allowed: {', '.join(allowed)} (or empty for the default {default!r})")
+    return codes.encode(names.to_numpy(), allowed, key=col).astype(np.float64)
+
+
+def _fill_dimensions_from_catalog(frame: pd.DataFrame) -> pd.DataFrame:
+    """Where a row names a catalogued model and leaves dimension columns out or empty, take the catalog's."""
+    if "model" not in frame.columns:
+        return frame
+    cat = model_catalog()
+    names = frame["model"].astype(str).str.strip().str.lower()
+    known = names.isin(cat.index).to_numpy()
+    if not known.any():
+        return frame
+    frame = frame.copy()
+    for col in DIMENSION_COLUMNS:
+        values = cat.reindex(names.to_numpy())[col].to_numpy()
+        if col not in frame.columns:
+            frame[col] = np.where(known, values, None)
+        else:
+            blank = _blank(frame[col])
+            frame[col] = frame[col].astype(object).where(~(blank & known), pd.Series(values, index=frame.index))
+    return frame
+
+
+def tied_embeddings_default(frame: pd.DataFrame, dims: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Catalog value of ``tied_embeddings`` for rows whose ``model`` is catalogued with the same dimensions."""
+    n = len(frame)
+    out = np.zeros(n, dtype=np.float64)
+    if "model" not in frame.columns:
+        return out
+    cat = model_catalog()
+    names = frame["model"].astype(str).str.strip().str.lower().to_numpy()
+    rows = cat.reindex(names)
+    same = np.array(rows["layers"].notna().to_numpy(), dtype=bool)
+    for col in ("layers", "hidden", "heads", "vocab"):
+        same &= rows[col].to_numpy(dtype=np.float64) == dims[col]
+    out[same] = rows["tied_embeddings"].to_numpy(dtype=np.float64)[same]
+    return out
+
+
+def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Checked, default-filled kernel inputs of a training table, and the system codes.
+
+    Raises :class:`InputError` naming the row and column of the first bad cell.
+    """
+    frame = _fill_dimensions_from_catalog(frame.reset_index(drop=True))
+    for col in ("layers", "hidden", "heads", "vocab", "system", "tp", "pp", "seq_len", "global_batch"):
+        if col not in frame.columns:
+            raise InputError(f"{source}: missing column {col!r} (required; see shared/reference/README.md)")
+    if "dp" not in frame.columns and "gpus" not in frame.columns:
+        raise InputError(f"{source}: missing column 'dp' or 'gpus' (one of them is required)")
+    n = len(frame)
+    empty = pd.Series([np.nan] * n, index=frame.index, dtype=object)
+
+    def col(name: str) -> pd.Series:
+        return frame[name] if name in frame.columns else empty
+
+    x: dict[str, np.ndarray] = {}
+    for name in ("layers", "hidden", "heads", "vocab", "tp", "pp", "seq_len", "global_batch"):
+        v = _integers(frame, name, source)
+        if v.isna().any():
+            pos = int(np.flatnonzero(v.isna().to_numpy())[0])
+            raise InputError(f"{_where(source, frame, pos)}, column {name!r}: empty, but a value is required")
+        x[name] = v.to_numpy()
+    work = frame.assign(**{k: col(k) for k in ("kv_heads", "ffn_hidden", "experts", "top_k", "cp", "ep", "vpp",
+                                                  "micro_batch", "sp", "zero", "dp", "gpus", "dp_overlap",
+                                                  "pp_overlap", "tied_embeddings", "mlp", "recompute",
+                                                  "precision", "attention", "tp_overlap")})
+    ints = {k: _integers(work, k, source).to_numpy() for k in (
+        "kv_heads", "ffn_hidden", "experts", "top_k", "cp", "ep", "vpp", "micro_batch", "sp", "zero", "dp",
+        "gpus", "dp_overlap", "pp_overlap", "tied_embeddings")}
+
+    def fill(arr: np.ndarray, default: np.ndarray | float) -> np.ndarray:
+        return np.where(np.isnan(arr), default, arr)
+
+    x["kv_heads"] = fill(ints["kv_heads"], x["heads"])
+    x["ffn_hidden"] = fill(ints["ffn_hidden"], 4.0 * x["hidden"])
+    x["experts"] = fill(ints["experts"], 1.0)
+    x["top_k"] = fill(ints["top_k"], 1.0)
+    x["cp"] = fill(ints["cp"], 1.0)
+    x["ep"] = fill(ints["ep"], 1.0)
+    x["vpp"] = fill(ints["vpp"], 1.0)
+    x["micro_batch"] = fill(ints["micro_batch"], 1.0)
+    model_par = x["tp"] * x["pp"] * x["cp"]
+    both_missing = np.isnan(ints["dp"]) & np.isnan(ints["gpus"])
+    if both_missing.any():
+        pos = int(np.flatnonzero(both_missing)[0])
+        raise InputError(f"{_where(source, frame, pos)}, columns 'dp' and 'gpus': both empty; give at least one")
+    x["dp"] = fill(ints["dp"], np.floor(ints["gpus"] / model_par))
+    x["gpus"] = fill(ints["gpus"], model_par * x["dp"])
+    x["sp"] = fill(ints["sp"], (x["tp"] > 1).astype(np.float64))
+    x["zero"] = fill(ints["zero"], 1.0)
+    x["dp_overlap"] = fill(ints["dp_overlap"], 1.0)
+    x["pp_overlap"] = fill(ints["pp_overlap"], 1.0)
+    x["mlp"] = _categorical(work, "mlp", source, "gelu")
+    x["recompute"] = _categorical(work, "recompute", source, "none")
+    x["precision"] = _categorical(work, "precision", source, "bf16")
+    x["attention"] = _categorical(work, "attention", source, "flash")
+    x["tp_overlap"] = _categorical(work, "tp_overlap", source, "full")
+    x["tied_embeddings"] = fill(ints["tied_embeddings"], tied_embeddings_default(frame, x))
+
+    system = frame["system"]
+    blank = _blank(system)
+    names = system.astype(object).where(~blank, "").astype(str).str.strip().str.lower()
+    known = names.isin(hwcat.system_names()).to_numpy()
+    if not known.all():
+        pos = int(np.flatnonzero(~known)[0])
+        raise InputError(f"{_where(source, frame, pos)}, column 'system': value {system.iloc[pos]!r} is not a "
+                         f"catalogued system; allowed: {', '.join(hwcat.system_names())}")
+    return x, hwcat.system_codes(names.to_numpy())
+
+
+def evaluate_train(frame: pd.DataFrame, source: str = "<frame>",
+                   overrides: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
+    """Training outputs for every row of ``frame`` (same index), as typed columns."""
+    x, sys_codes = train_inputs(frame, source)
+    hw = hwcat.hardware_columns(sys_codes, overrides)
+    res = train_step(x, hw)
+    out = pd.DataFrame({k: res[k] for k in TRAIN_METRICS}, index=frame.index)
+    out["fits"] = res["fits"].astype(bool)
+    reason = res["reason"].astype(np.int64)
+    out["infeasible_reason"] = pd.Categorical.from_codes(reason, categories=list(codes.REASONS))
+    return out
+
+
+def evaluate(frame: pd.DataFrame, overrides: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
+    """Return ``frame`` with every output column of the cost model added (Python API for notebooks).
+
+    ``frame`` has the configuration columns of ``shared/reference/README.md`` (``case``, ``metric``,
+    ``measured`` and ``source`` are not needed); a row may give only ``model`` (a catalogued name) instead of
+    the dimension columns.  Rows with ``task == 'infer'`` are not modelled yet and get NaN outputs.
+    """
+    frame = frame.copy()
+    task = frame["task"].astype(str).str.strip().str.lower() if "task" in frame.columns else \
+        pd.Series("train", index=frame.index)
+    bad = ~task.isin(("train", "infer", "nan", ""))
+    if bad.any():
+        pos = int(np.flatnonzero(bad.to_numpy())[0])
+        raise InputError(f"{_where('<frame>', frame, pos)}, column 'task': value {frame['task'].iloc[pos]!r} is "
+                         "not allowed; allowed: train, infer")
+    is_train = (task != "infer").to_numpy()
+    outputs = evaluate_train(frame.loc[is_train], overrides=overrides) if is_train.any() else None
+    result = frame
+    for column in (*TRAIN_METRICS, "fits", "infeasible_reason"):
+        if outputs is not None:
+            result[column] = outputs[column].reindex(frame.index)
+        else:
+            result[column] = np.nan
+    return result

@@ -1,0 +1,142 @@
+"""GPU system catalog and per-generation efficiency constants, as numpy columns in SI units.
+
+``systems.csv`` holds one row per GPU system with the source of every number (derived from
+``shared/hardware_specs.csv``); ``efficiency.csv`` holds the few efficiency constants, one row per GPU
+generation, each marked FITTED (on ``shared/reference`` only, by :mod:`dse.validation.fit`), sourced, or
+ASSUMPTION.  A system's peak is defined once, here.
+"""
+
+from __future__ import annotations
+
+from functools import cache, lru_cache
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+
+#: Hardware columns handed to the cost kernels (SI units: FLOP/s, bytes, bytes/s, seconds).
+HARDWARE_COLUMNS: tuple[str, ...] = (
+    "tensor_fp16_flops",
+    "tensor_fp8_flops",
+    "tensor_fp4_flops",
+    "hbm_bytes",
+    "hbm_bw",
+    "scaleup_gpus",
+    "scaleup_bw",
+    "scaleout_bw",
+    "matmul_eff_fp16",
+    "matmul_eff_fp8",
+    "matmul_eff_fp4",
+    "attention_eff",
+    "memory_eff",
+    "scaleup_ring_eff",
+    "scaleup_allreduce_eff",
+    "scaleout_eff",
+    "scaleup_latency_s",
+    "scaleout_latency_s",
+)
+
+EFFICIENCY_COLUMNS: tuple[str, ...] = (
+    "matmul_eff_fp16",
+    "matmul_eff_fp8",
+    "matmul_eff_fp4",
+    "attention_eff",
+    "memory_eff",
+    "scaleup_ring_eff",
+    "scaleup_allreduce_eff",
+    "scaleout_eff",
+    "scaleup_latency_us",
+    "scaleout_latency_us",
+)
+
+
+class CatalogError(ValueError):
+    """A catalog file is malformed (names the file, the row and the column)."""
+
+
+def _read_csv(name: str) -> pd.DataFrame:
+    path = resources.files("dse.hardware").joinpath(name)
+    with path.open("r", encoding="utf-8") as fh:
+        return pd.read_csv(fh, dtype={"name": str, "generation": str}, keep_default_na=True)
+
+
+@cache
+def systems() -> pd.DataFrame:
+    """The system catalog, indexed by catalog name, numbers as float64."""
+    frame = _read_csv("systems.csv")
+    numeric = [
+        "tensor_fp16_tflops", "tensor_fp8_tflops", "tensor_fp4_tflops", "vector_fp32_tflops", "hbm_gb",
+        "hbm_tbps", "scaleup_gpus", "scaleup_gbps", "scaleout_gbit", "tdp_w",
+    ]
+    for col in numeric:
+        frame[col] = pd.to_numeric(frame[col], errors="raise").astype(np.float64)
+    for col in ("tensor_fp16_tflops", "hbm_gb", "hbm_tbps", "scaleup_gpus", "scaleup_gbps"):
+        bad = frame[col].isna() | (frame[col] <= 0)
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise CatalogError(f"dse/hardware/systems.csv row {row + 2}: column {col!r} must be a positive number")
+    return frame.set_index("name", drop=False)
+
+
+@cache
+def efficiency() -> pd.DataFrame:
+    """Efficiency constants per GPU generation (fractions of peak; latencies in microseconds)."""
+    frame = _read_csv("efficiency.csv")
+    for col in EFFICIENCY_COLUMNS:
+        frame[col] = pd.to_numeric(frame[col], errors="raise").astype(np.float64)
+    return frame.set_index("generation", drop=False)
+
+
+def system_names() -> tuple[str, ...]:
+    return tuple(systems().index)
+
+
+def system_codes(names: object, key: str = "system") -> np.ndarray:
+    """Catalog names → integer codes (position in :func:`system_names`); unknown names raise ValueError."""
+    from dse.codes import encode
+
+    return encode(names, system_names(), key=key)
+
+
+@lru_cache(maxsize=256)
+def _hardware_table(overrides: tuple[tuple[str, str, float], ...] = ()) -> dict[str, np.ndarray]:
+    """One float64 array per hardware column, one entry per catalogued system (code order)."""
+    sysf = systems()
+    eff = efficiency().copy()
+    for generation, column, value in overrides:
+        eff.loc[generation, column] = value
+    missing = sorted(set(sysf["generation"]) - set(eff.index))
+    if missing:
+        raise CatalogError(f"dse/hardware/efficiency.csv: no row for generation(s) {missing}")
+    g = eff.loc[sysf["generation"].to_numpy()]
+    table = {
+        "tensor_fp16_flops": sysf["tensor_fp16_tflops"].to_numpy() * 1e12,
+        "tensor_fp8_flops": sysf["tensor_fp8_tflops"].to_numpy() * 1e12,
+        "tensor_fp4_flops": sysf["tensor_fp4_tflops"].to_numpy() * 1e12,
+        # NVIDIA's "80 GB" / "141 GB" / "24 GB" labels count binary gigabytes: memory dies hold 2^n bits and
+        # NVIDIA's aiconfigurator models the capacities as GiB (shared/hardware_specs.md, notes).
+        "hbm_bytes": sysf["hbm_gb"].to_numpy() * 2.0**30,
+        "hbm_bw": sysf["hbm_tbps"].to_numpy() * 1e12,
+        "scaleup_gpus": sysf["scaleup_gpus"].to_numpy(),
+        "scaleup_bw": sysf["scaleup_gbps"].to_numpy() * 1e9,
+        "scaleout_bw": sysf["scaleout_gbit"].to_numpy() * 1e9 / 8.0,
+        "scaleup_latency_s": g["scaleup_latency_us"].to_numpy() * 1e-6,
+        "scaleout_latency_s": g["scaleout_latency_us"].to_numpy() * 1e-6,
+    }
+    for col in EFFICIENCY_COLUMNS[:8]:
+        table[col] = g[col].to_numpy()
+    return {k: np.ascontiguousarray(v, dtype=np.float64) for k, v in table.items()}
+
+
+def hardware_columns(
+    codes: np.ndarray, overrides: dict[tuple[str, str], float] | None = None
+) -> dict[str, np.ndarray]:
+    """Gather the hardware columns for an array of system codes.
+
+    ``overrides`` maps ``(generation, constant)`` to a value and replaces an efficiency constant (used by
+    calibration); the catalog files are never modified.
+    """
+    key = tuple(sorted((g, c, float(v)) for (g, c), v in (overrides or {}).items()))
+    table = _hardware_table(key)
+    idx = np.asarray(codes, dtype=np.int64)
+    return {name: col[idx] for name, col in table.items()}

@@ -1,0 +1,112 @@
+"""Fit the few efficiency constants on measured cases, by least squares on log error.
+
+The shipped constants in ``dse/hardware/efficiency.csv`` marked FITTED come from running this on
+``shared/reference`` (training cases) with ``dse/validation/reference_assumptions.yaml``::
+
+    python -m dse.validation.fit ../shared/reference/*.csv
+
+Objective: Σ_files mean_cases (ln(predicted / measured))², each file weighted equally so that a file with
+many rows does not drown a small one.  Minimised by Nelder–Mead over the constants (bounded to (0, 1.2]).
+A test re-runs the fit and checks the shipped constants match it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from dse.validation.validate import Assumption, load_assumptions, validate_file
+
+#: The constants fitted on shared/reference, per generation: only those the reference cases constrain.
+FITTED_PARAMETERS: tuple[tuple[str, str], ...] = (
+    ("ampere", "matmul_eff_fp16"),
+    ("ampere", "memory_eff"),
+    ("hopper", "matmul_eff_fp8"),
+)
+
+
+def default_assumptions_path() -> Path:
+    return Path(str(resources.files("dse.validation").joinpath("reference_assumptions.yaml")))
+
+
+def log_error_objective(files: Sequence[str | Path], assumptions: Sequence[Assumption],
+                        params: Sequence[tuple[str, str]]) -> Callable[[np.ndarray], float]:
+    """The function of the parameter vector that :func:`fit` minimises."""
+
+    def objective(values: np.ndarray) -> float:
+        if np.any(values <= 0) or np.any(values > 1.2):
+            return 1e9
+        overrides = {p: float(v) for p, v in zip(params, values, strict=True)}
+        total = 0.0
+        for f in files:
+            res = validate_file(f, assumptions, overrides)
+            errs = [np.log(r.predicted / r.measured) for r in res if r.predicted is not None]
+            if errs:
+                total += float(np.mean(np.square(errs)))
+        return total
+
+    return objective
+
+
+def nelder_mead(fun: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.05, tol: float = 1e-7,
+                max_iter: int = 400) -> np.ndarray:
+    """Plain Nelder–Mead (Nelder & Mead 1965) with the standard coefficients 1, 2, 0.5, 0.5."""
+    n = len(x0)
+    simplex = np.vstack([x0] + [x0 + step * np.eye(n)[i] for i in range(n)])
+    values = np.array([fun(x) for x in simplex])
+    for _ in range(max_iter):
+        order = np.argsort(values)
+        simplex, values = simplex[order], values[order]
+        if values[-1] - values[0] < tol:
+            break
+        centroid = simplex[:-1].mean(axis=0)
+        reflected = centroid + (centroid - simplex[-1])
+        fr = fun(reflected)
+        if values[0] <= fr < values[-2]:
+            simplex[-1], values[-1] = reflected, fr
+            continue
+        if fr < values[0]:
+            expanded = centroid + 2.0 * (centroid - simplex[-1])
+            fe = fun(expanded)
+            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
+            continue
+        contracted = centroid + 0.5 * (simplex[-1] - centroid)
+        fc = fun(contracted)
+        if fc < values[-1]:
+            simplex[-1], values[-1] = contracted, fc
+            continue
+        simplex[1:] = simplex[0] + 0.5 * (simplex[1:] - simplex[0])
+        values[1:] = [fun(x) for x in simplex[1:]]
+    return simplex[int(np.argmin(values))]
+
+
+def fit(files: Sequence[str | Path], assumptions: Sequence[Assumption],
+        params: Sequence[tuple[str, str]] = FITTED_PARAMETERS,
+        start: Sequence[float] | None = None) -> dict[tuple[str, str], float]:
+    """Least-squares fit of ``params`` (``(generation, constant)`` pairs) on the training cases of ``files``."""
+    from dse.hardware.catalog import efficiency
+
+    eff = efficiency()
+    x0 = np.array(start if start is not None else [float(eff.loc[g, c]) for g, c in params], dtype=np.float64)
+    best = nelder_mead(log_error_objective(files, assumptions, params), x0)
+    return {p: float(v) for p, v in zip(params, best, strict=True)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dse.validation.fit", description=__doc__.split("\n")[0])
+    parser.add_argument("files", nargs="+", help="case files in the shared/reference schema")
+    parser.add_argument("--assume", default=str(default_assumptions_path()), help="assumptions YAML")
+    args = parser.parse_args(argv)
+    fitted = fit(args.files, load_assumptions(args.assume))
+    for (gen, col), value in fitted.items():
+        print(f"{gen:10s} {col:18s} {value:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

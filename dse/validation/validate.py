@@ -1,0 +1,232 @@
+"""Compare the cost model with measured cases (``shared/reference/README.md`` schema).
+
+A case file has one row per measured configuration.  Columns are read by name; the required ones are
+:data:`REQUIRED_COLUMNS`, the optional ones :data:`OPTIONAL_COLUMNS` (plus this model's knobs,
+:data:`dse.frame.OPTIONAL_KNOBS`).  Malformed files raise :class:`dse.frame.InputError` naming the file,
+the row, the column, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from dse.frame import OPTIONAL_KNOBS, InputError, evaluate_train
+
+REQUIRED_COLUMNS: tuple[str, ...] = (
+    "case", "task", "model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts",
+    "top_k", "system", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "micro_batch", "global_batch",
+    "seq_len", "recompute", "zero", "precision", "batch", "input_len", "output_len", "metric", "measured",
+    "source",
+)
+OPTIONAL_COLUMNS: tuple[str, ...] = ("finetune", "lora_rank")
+
+#: Metrics of the schema and the model output each is compared with (None: not modelled yet).
+METRICS: dict[str, str | None] = {
+    "step_time_s": "step_time_s",
+    "model_tflops_per_gpu": "model_tflops_per_gpu",
+    "tokens_per_s_per_gpu": "tokens_per_s_per_gpu",
+    "layer_time_ms": "layer_time_ms",
+    "e2e_latency_s": None,
+    "ttft_s": None,
+    "output_tokens_per_s_per_gpu": None,
+}
+TASKS = ("train", "infer")
+
+
+@dataclass
+class Assumption:
+    """Values for cells a source leaves empty, for the cases matching ``cases`` (a glob)."""
+
+    cases: str
+    values: dict[str, object]
+    source: str
+
+
+@dataclass
+class CaseResult:
+    case: str
+    file: str
+    metric: str
+    measured: float
+    predicted: float | None = None
+    error_pct: float | None = None
+    skipped: str | None = None
+    assumed: dict[str, object] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"case": self.case, "file": self.file, "metric": self.metric,
+                                  "measured": self.measured}
+        if self.skipped is not None:
+            out["skipped"] = self.skipped
+        else:
+            out["predicted"] = self.predicted
+            out["error_pct"] = self.error_pct
+        if self.assumed:
+            out["assumed"] = self.assumed
+        return out
+
+
+def load_assumptions(path: str | Path) -> list[Assumption]:
+    """Read an assumptions YAML file (a list of ``{cases, set, source}``); errors name the file and entry."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"{path}: cannot read assumptions: {exc}") from exc
+    if not isinstance(data, list):
+        raise InputError(f"{path}: expected a list of {{cases, set, source}} entries, got {type(data).__name__}")
+    out = []
+    for i, entry in enumerate(data):
+        if not isinstance(entry, dict) or set(entry) - {"cases", "set", "source"} or "cases" not in entry \
+                or not isinstance(entry.get("set"), dict) or not entry.get("source"):
+            raise InputError(f"{path}: entry {i + 1}: needs exactly the keys 'cases' (glob), 'set' (mapping) and "
+                             f"'source' (text); got {entry!r}")
+        out.append(Assumption(str(entry["cases"]), dict(entry["set"]), str(entry["source"]).strip()))
+    return out
+
+
+def _blank(v: object) -> bool:
+    return v is None or (isinstance(v, float) and np.isnan(v)) or (isinstance(v, str) and not v.strip())
+
+
+def apply_assumptions(frame: pd.DataFrame, assumptions: Sequence[Assumption]) -> tuple[pd.DataFrame, list[dict]]:
+    """Fill empty cells from matching assumptions (later rules override earlier ones; stated cells win).
+
+    Returns the filled frame and, per row, the values that were actually applied.
+    """
+    frame = frame.copy()
+    applied: list[dict] = [{} for _ in range(len(frame))]
+    for pos, case in enumerate(frame["case"].astype(str)):
+        wanted: dict[str, object] = {}
+        for rule in assumptions:
+            if fnmatch.fnmatchcase(case, rule.cases):
+                wanted.update(rule.values)
+        for col, value in wanted.items():
+            if col not in frame.columns:
+                frame[col] = pd.Series([None] * len(frame), index=frame.index, dtype=object)
+            if _blank(frame[col].iloc[pos]):
+                if frame[col].dtype != object:
+                    frame[col] = frame[col].astype(object)
+                frame.iloc[pos, frame.columns.get_loc(col)] = value
+                applied[pos][col] = value
+    return frame, applied
+
+
+def read_cases(path: str | Path) -> pd.DataFrame:
+    """Read and check a case file; raise InputError naming the file, row and column of the first problem."""
+    path = Path(path)
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+    except FileNotFoundError as exc:
+        raise InputError(f"{path}: no such file") from exc
+    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not a readable CSV file: {exc}") from exc
+    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    if missing:
+        raise InputError(f"{path}: missing column(s) {', '.join(repr(c) for c in missing)}; the schema is in "
+                         "shared/reference/README.md")
+    known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS) | set(OPTIONAL_KNOBS)
+    unknown = [c for c in frame.columns if c not in known]
+    if unknown:
+        raise InputError(f"{path}: unknown column(s) {', '.join(repr(c) for c in unknown)}; allowed: "
+                         f"{', '.join(sorted(known))}")
+    if frame.empty:
+        raise InputError(f"{path}: no cases (the file has a header but no rows)")
+
+    def where(pos: int, col: str) -> str:
+        return f"{path}: row {pos + 2} (case {frame['case'].iloc[pos]!r}), column {col!r}"
+
+    case = frame["case"]
+    for pos in np.flatnonzero(case.isna().to_numpy()):
+        raise InputError(f"{path}: row {pos + 2}, column 'case': empty; every case needs a unique id")
+    dup = case.duplicated().to_numpy()
+    if dup.any():
+        pos = int(np.flatnonzero(dup)[0])
+        raise InputError(f"{where(pos, 'case')}: duplicate case id")
+    task = frame["task"].fillna("").str.strip().str.lower()
+    bad = ~task.isin(TASKS).to_numpy()
+    if bad.any():
+        pos = int(np.flatnonzero(bad)[0])
+        raise InputError(f"{where(pos, 'task')}: value {frame['task'].iloc[pos]!r} is not allowed; allowed: "
+                         f"{', '.join(TASKS)}")
+    metric = frame["metric"].fillna("").str.strip()
+    bad = ~metric.isin(list(METRICS)).to_numpy()
+    if bad.any():
+        pos = int(np.flatnonzero(bad)[0])
+        raise InputError(f"{where(pos, 'metric')}: value {frame['metric'].iloc[pos]!r} is not allowed; allowed: "
+                         f"{', '.join(METRICS)}")
+    measured = pd.to_numeric(frame["measured"], errors="coerce")
+    bad = ~(measured > 0).to_numpy()
+    if bad.any():
+        pos = int(np.flatnonzero(bad)[0])
+        raise InputError(f"{where(pos, 'measured')}: value {frame['measured'].iloc[pos]!r} is not allowed; "
+                         "allowed: a positive number")
+    frame["task"] = task
+    frame["metric"] = metric
+    frame["measured"] = measured.astype(np.float64)
+    return frame
+
+
+def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
+                  overrides: dict[tuple[str, str], float] | None = None) -> list[CaseResult]:
+    """Predict every case of one file; returns one result per case (skipped ones say why)."""
+    path = Path(path)
+    frame = read_cases(path)
+    frame, applied = apply_assumptions(frame, assumptions)
+    is_train = (frame["task"] == "train").to_numpy()
+    predicted = pd.DataFrame(index=frame.index)
+    if is_train.any():
+        predicted = evaluate_train(frame.loc[is_train], source=str(path), overrides=overrides)
+    results = []
+    for pos in range(len(frame)):
+        row = frame.iloc[pos]
+        res = CaseResult(case=str(row["case"]), file=path.name, metric=str(row["metric"]),
+                         measured=float(row["measured"]), assumed=applied[pos])
+        out_col = METRICS[res.metric]
+        if row["task"] != "train" or out_col is None:
+            res.skipped = f"task {row['task']!r} / metric {res.metric!r} is not modelled yet (inference lands " \
+                          "with the inference issue)"
+        else:
+            value = float(predicted.loc[frame.index[pos], out_col])
+            reason = str(predicted.loc[frame.index[pos], "infeasible_reason"])
+            if not np.isfinite(value):
+                res.skipped = f"model gives no value: {reason}"
+            else:
+                res.predicted = value
+                res.error_pct = (value / res.measured - 1.0) * 100.0
+        results.append(res)
+    return results
+
+
+def summarize(results: Sequence[CaseResult]) -> list[dict[str, object]]:
+    """MAPE per (file, metric): n, mape_pct, max_abs_error_pct, skipped."""
+    rows: dict[tuple[str, str], list[CaseResult]] = {}
+    for r in results:
+        rows.setdefault((r.file, r.metric), []).append(r)
+    out = []
+    for (file, metric), group in rows.items():
+        errs = np.array([abs(r.error_pct) for r in group if r.error_pct is not None], dtype=np.float64)
+        out.append({
+            "file": file, "metric": metric, "n": int(errs.size),
+            "mape_pct": float(errs.mean()) if errs.size else None,
+            "max_abs_error_pct": float(errs.max()) if errs.size else None,
+            "skipped": sum(1 for r in group if r.skipped is not None),
+        })
+    return out
+
+
+def file_mape(results: Sequence[CaseResult]) -> dict[str, float | None]:
+    """MAPE per file over all its compared cases."""
+    files: dict[str, list[float]] = {}
+    for r in results:
+        files.setdefault(r.file, [])
+        if r.error_pct is not None:
+            files[r.file].append(abs(r.error_pct))
+    return {f: (float(np.mean(v)) if v else None) for f, v in files.items()}
