@@ -226,9 +226,23 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     return x, hwcat.system_codes(names.to_numpy())
 
 
+def resolved_inputs(x: Mapping[str, np.ndarray], index: pd.Index) -> pd.DataFrame:
+    """The kernel inputs after defaults, categorical codes decoded back to names (for display and audit)."""
+    out = pd.DataFrame({k: np.asarray(v) for k, v in x.items()}, index=index)
+    for col, vocab in CATEGORICAL.items():
+        out[col] = codes.decode(out[col].to_numpy(), vocab)
+    ints = [c for c in out.columns if c not in CATEGORICAL]
+    out[ints] = out[ints].astype(np.int64)
+    return out
+
+
 def evaluate_train(frame: pd.DataFrame, source: str = "<frame>",
-                   overrides: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
-    """Training outputs for every row of ``frame`` (same index), as typed columns."""
+                   overrides: dict[tuple[str, str], float] | None = None,
+                   with_inputs: bool = False) -> pd.DataFrame:
+    """Training outputs for every row of ``frame`` (same index), as typed columns.
+
+    With ``with_inputs`` the resolved inputs (defaults filled) and the GPU's HBM capacity come first.
+    """
     x, sys_codes = train_inputs(frame, source)
     hw = hwcat.hardware_columns(sys_codes, overrides)
     res = train_step(x, hw)
@@ -236,6 +250,11 @@ def evaluate_train(frame: pd.DataFrame, source: str = "<frame>",
     out["fits"] = res["fits"].astype(bool)
     reason = res["reason"].astype(np.int64)
     out["infeasible_reason"] = pd.Categorical.from_codes(reason, categories=list(codes.REASONS))
+    if with_inputs:
+        inputs = resolved_inputs(x, frame.index)
+        inputs.insert(0, "system", np.asarray(hwcat.system_names(), dtype=object)[sys_codes])
+        inputs["hbm_bytes"] = hw["hbm_bytes"]
+        out = pd.concat([inputs, out], axis=1)
     return out
 
 

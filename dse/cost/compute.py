@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from dse.codes import PRECISION_FP4, PRECISION_FP8
-
 Array = np.ndarray
 
 
@@ -31,25 +29,18 @@ def roofline_time(flops: Array, bytes_moved: Array, flops_rate: Array, bytes_rat
     return np.maximum(flops / flops_rate, bytes_moved / bytes_rate)
 
 
-def matmul_peak_flops(precision: Array, hw: dict[str, Array]) -> Array:
-    """Dense tensor-core peak at the matmul precision (fp16 and bf16 share one rate); NaN when the GPU has
-    no tensor-core support for that precision (e.g. fp8 on A100)."""
-    return np.where(
-        precision == PRECISION_FP8,
-        hw["tensor_fp8_flops"],
-        np.where(precision == PRECISION_FP4, hw["tensor_fp4_flops"], hw["tensor_fp16_flops"]),
-    )
+def matmul_rates(is_fp8: Array, is_fp4: Array, hw: dict[str, Array]) -> tuple[Array, Array]:
+    """(dense tensor peak, achieved GEMM rate) at the matmul precision; fp16 and bf16 share one rate.
+
+    The peak is 0 where the GPU has no tensor-core support for that precision (e.g. fp8 on A100); the
+    caller reports such rows as infeasible.  Masks are float 0/1 arrays.
+    """
+    is_16 = 1.0 - is_fp8 - is_fp4
+    peak = hw["tensor_fp16_flops"] * is_16 + hw["tensor_fp8_flops"] * is_fp8 + hw["tensor_fp4_flops"] * is_fp4
+    rate = hw["matmul_fp16_rate"] * is_16 + hw["matmul_fp8_rate"] * is_fp8 + hw["matmul_fp4_rate"] * is_fp4
+    return peak, rate
 
 
-def matmul_efficiency(precision: Array, hw: dict[str, Array]) -> Array:
-    """Fraction of the tensor peak a large GEMM reaches at that precision (per GPU generation)."""
-    return np.where(
-        precision == PRECISION_FP8,
-        hw["matmul_eff_fp8"],
-        np.where(precision == PRECISION_FP4, hw["matmul_eff_fp4"], hw["matmul_eff_fp16"]),
-    )
-
-
-def operand_bytes(precision: Array) -> Array:
+def operand_bytes(is_fp8: Array, is_fp4: Array) -> Array:
     """Bytes per GEMM input element at the matmul precision (16-bit: 2, fp8: 1, fp4: 0.5)."""
-    return np.where(precision == PRECISION_FP8, 1.0, np.where(precision == PRECISION_FP4, 0.5, 2.0))
+    return 2.0 - is_fp8 - 1.5 * is_fp4

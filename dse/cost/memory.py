@@ -24,25 +24,25 @@ OPTIMIZER_BYTES = 12.0  #: fp32 master weights + Adam momentum + variance, K = 1
 
 def weight_bytes(params: Array, dp_shards: Array, zero: Array) -> Array:
     """16-bit weights, sharded over the data-parallel ranks at ZeRO-3: 2Ψ / (N_d if zero = 3)."""
-    return WEIGHT_BYTES * params / np.where(zero >= 3, dp_shards, 1.0)
+    return WEIGHT_BYTES * params / (1.0 + (zero >= 3) * (dp_shards - 1.0))
 
 
 def gradient_bytes(params: Array, dp_shards: Array, zero: Array) -> Array:
     """16-bit gradients, sharded at ZeRO ≥ 2: 2Ψ / (N_d if zero ≥ 2)."""
-    return GRAD_BYTES * params / np.where(zero >= 2, dp_shards, 1.0)
+    return GRAD_BYTES * params / (1.0 + (zero >= 2) * (dp_shards - 1.0))
 
 
 def optimizer_bytes(params: Array, dp_shards: Array, zero: Array) -> Array:
     """Mixed-precision Adam states, sharded at ZeRO ≥ 1: 12Ψ / (N_d if zero ≥ 1)."""
-    return OPTIMIZER_BYTES * params / np.where(zero >= 1, dp_shards, 1.0)
+    return OPTIMIZER_BYTES * params / (1.0 + (zero >= 1) * (dp_shards - 1.0))
 
 
-def activation_bytes_per_layer(
+def layer_activation_terms(
     tokens: Array, micro_batch: Array, seq_len: Array, hidden: Array, heads: Array, kv_width: Array,
     ffn_hidden: Array, mlp: Array, top_k: Array, tp: Array, sp: Array, standard_attention: Array,
-    selective: Array, full: Array, gemm_input_bytes: Array,
-) -> Array:
-    """Bytes of activations one layer keeps for its backward pass, for one micro-batch, on one GPU.
+    gemm_input_bytes: Array,
+) -> tuple[Array, Array, Array]:
+    """(kept, scores, residual) of one layer for one micro-batch on one GPU, in bytes / elements.
 
     Korthikanti 2022 Table 2, in bytes, per layer (s·b tokens, 16-bit values, 1-byte dropout masks):
 
@@ -57,29 +57,32 @@ def activation_bytes_per_layer(
     (gelu, relu2) or gate + up 4f (swiglu) — and the second-linear input, for the top_k experts a token
     visits.  The four GEMM inputs are saved at ``gemm_input_bytes`` (2 in 16-bit training; 1 when
     Transformer Engine keeps FP8 copies for the backward GEMMs), so with 16 bits this is exactly Table 2.
-    FlashAttention keeps no s×s tensor, so the 5as² term exists only for the standard kernel without
-    selective recomputation.  ``tokens`` = b·s/cp.
+    ``kept`` is replicated + split; ``scores`` the 5as²b/t term, which exists only for the standard
+    (unfused) attention kernel — FlashAttention keeps no s×s tensor; ``residual`` is the residual-stream
+    element count b·s·h/(t if sp).  ``tokens`` = b·s/cp; ``sp`` and ``standard_attention`` are 0/1 masks.
     """
     gi = gemm_input_bytes
-    resid = tokens * hidden / np.where(sp, tp, 1.0)
-    replicated = (2.0 + 2.0 + 1.0 + 1.0 + 2.0 * gi) * resid
-    ffn_act = np.where(mlp == MLP_SWIGLU, 4.0, 2.0)
+    resid = tokens * hidden / (1.0 + sp * (tp - 1.0))
+    replicated = (6.0 + 2.0 * gi) * resid
+    ffn_act = 2.0 + 2.0 * (mlp == MLP_SWIGLU)
     split = tokens * ((2.0 + gi) * hidden + 4.0 * kv_width + (ffn_act + gi) * top_k * ffn_hidden) / tp
-    scores = np.where(standard_attention & ~selective, 5.0 * micro_batch * heads / tp * seq_len * seq_len, 0.0)
-    stored = replicated + split + scores
-    return np.where(full, 2.0 * resid, stored)
+    scores = standard_attention * (5.0 * micro_batch * heads / tp * seq_len * seq_len)
+    return replicated + split, scores, resid
 
 
-def activation_bytes_no_recompute(
+def activation_bytes_per_layer(
     tokens: Array, micro_batch: Array, seq_len: Array, hidden: Array, heads: Array, kv_width: Array,
     ffn_hidden: Array, mlp: Array, top_k: Array, tp: Array, sp: Array, standard_attention: Array,
-    gemm_input_bytes: Array,
+    selective: Array, full: Array, gemm_input_bytes: Array,
 ) -> Array:
-    """Activations of one layer without recomputation: the transient peak while a fully recomputed layer
-    runs its backward pass."""
-    false = np.zeros_like(tokens, dtype=bool)
-    return activation_bytes_per_layer(tokens, micro_batch, seq_len, hidden, heads, kv_width, ffn_hidden, mlp,
-                                      top_k, tp, sp, standard_attention, false, false, gemm_input_bytes)
+    """Bytes one layer keeps for its backward pass (see :func:`layer_activation_terms`): kept + scores
+    without recomputation, kept with selective recomputation (the attention core is recomputed), 2·residual
+    (the layer input) with full recomputation.  ``selective`` and ``full`` are 0/1 masks."""
+    kept, scores, resid = layer_activation_terms(tokens, micro_batch, seq_len, hidden, heads, kv_width,
+                                                 ffn_hidden, mlp, top_k, tp, sp, standard_attention,
+                                                 gemm_input_bytes)
+    stored = kept + (1.0 - selective) * scores
+    return stored + full * (2.0 * resid - stored)
 
 
 def logits_bytes(tokens: Array, vocab: Array, tp: Array) -> Array:

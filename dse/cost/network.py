@@ -12,63 +12,66 @@ Times use the NCCL bus-bandwidth convention (nccl-tests ``doc/PERFORMANCE.md``):
 * all-gather      t = S · (n−1)/n / busbw
 * all-to-all      t = S · (n−1)/n / busbw
 
-plus one latency α per collective.  The bus bandwidth of a group inside one domain is the scale-up link
-rate times the generation's achieved fraction; a group that spans several domains with ``k`` members in
-each is limited by ``min(scale-up, k · NIC)`` — k members of a domain use k NICs in parallel, which is
-how a DGX A100 reaches 192 GB/s all-reduce bus bandwidth on 8 × 25 GB/s HDR (NVIDIA, nccl issue #812).
+plus one latency α per collective.  The bus bandwidth of a group inside one domain is the achieved
+scale-up rate; a group spanning several domains with ``k`` members in each is limited by
+``min(scale-up, k · NIC)`` — k members of a domain drive k NICs in parallel, which is how a DGX A100
+reaches 192 GB/s all-reduce bus bandwidth on 8 × 25 GB/s HDR (NVIDIA, nccl issue #812).
+
+Hardware columns are *achieved* rates (link rate × the generation's measured efficiency, see
+:func:`dse.hardware.catalog.achieved`).  Masks are float 0/1 arrays so that selection is arithmetic.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
 Array = np.ndarray
 
 
+class GroupLinks(NamedTuple):
+    """Achieved bus bandwidths (bytes/s) and latency (s) of one communication group."""
+
+    ring_bw: Array  #: reduce-scatter, all-gather, send/recv
+    allreduce_bw: Array  #: all-reduce (may use in-switch reduction inside a domain)
+    latency: Array
+    across: Array  #: 1.0 where the group spans scale-up domains
+
+
 def members_per_domain(stride: Array, size: Array, scaleup_gpus: Array) -> Array:
     """How many members of a group sit in one scale-up domain: clip(⌊D / stride⌋, 1, size)."""
-    return np.clip(np.floor(scaleup_gpus / stride), 1.0, size)
+    return np.minimum(np.maximum(np.floor(scaleup_gpus / stride), 1.0), size)
 
 
 def spans_domains(stride: Array, size: Array, scaleup_gpus: Array) -> Array:
-    """True where the group needs the scale-out network (stride · size > D)."""
-    return (stride * size > scaleup_gpus) & (size > 1)
+    """1.0 where the group needs the scale-out network (stride · size > D and more than one member)."""
+    return ((stride * size > scaleup_gpus) & (size > 1)).astype(stride.dtype)
 
 
-def collective_busbw(
-    stride: Array, size: Array, hw: dict[str, Array], allreduce: bool = False
-) -> tuple[Array, Array]:
-    """(bus bandwidth in bytes/s, latency in s) of a collective over the group.
-
-    Inside a domain: scale-up link × ring efficiency (all-reduce may use in-switch reduction, NVLink
-    SHARP on Hopper+, whose measured bus bandwidth exceeds the link rate: ``scaleup_allreduce_eff``).
-    Across domains: min(scale-up, k · NIC · scale-out efficiency), k = members per domain.
-    """
-    up_eff = hw["scaleup_allreduce_eff"] if allreduce else hw["scaleup_ring_eff"]
-    bw_up = hw["scaleup_bw"] * up_eff
-    k = members_per_domain(stride, size, hw["scaleup_gpus"])
-    bw_out = k * hw["scaleout_bw"] * hw["scaleout_eff"]
+def group_links(stride: Array, size: Array, hw: dict[str, Array]) -> GroupLinks:
+    """Bus bandwidth of a group: the scale-up rate inside a domain, else min(scale-up, k · NIC)."""
     across = spans_domains(stride, size, hw["scaleup_gpus"])
-    busbw = np.where(across, np.minimum(bw_up, bw_out), bw_up)
-    latency = np.where(across, hw["scaleout_latency_s"], hw["scaleup_latency_s"])
-    return busbw, latency
+    nics = members_per_domain(stride, size, hw["scaleup_gpus"]) * hw["scaleout_bw"]
+    ring = hw["scaleup_ring_bw"] - across * np.maximum(hw["scaleup_ring_bw"] - nics, 0.0)
+    allreduce = hw["scaleup_allreduce_bw"] - across * np.maximum(hw["scaleup_allreduce_bw"] - nics, 0.0)
+    latency = hw["scaleup_latency_s"] + across * (hw["scaleout_latency_s"] - hw["scaleup_latency_s"])
+    return GroupLinks(ring, allreduce, latency, across)
 
 
-def allreduce_time(nbytes: Array, stride: Array, size: Array, hw: dict[str, Array]) -> Array:
+def allreduce_time(nbytes: Array, size: Array, links: GroupLinks) -> Array:
     """All-reduce of ``nbytes`` over ``size`` ranks: S·2(n−1)/n / busbw + α; zero for a group of one."""
-    busbw, lat = collective_busbw(stride, size, hw, allreduce=True)
-    return np.where(size > 1, nbytes * 2.0 * (size - 1.0) / size / busbw + lat, 0.0)
+    return (size > 1) * (nbytes * 2.0 * (size - 1.0) / size / links.allreduce_bw + links.latency)
 
 
-def reduce_scatter_time(nbytes: Array, stride: Array, size: Array, hw: dict[str, Array]) -> Array:
+def reduce_scatter_time(nbytes: Array, size: Array, links: GroupLinks) -> Array:
     """Reduce-scatter whose full (input) size is ``nbytes``: S·(n−1)/n / busbw + α."""
-    busbw, lat = collective_busbw(stride, size, hw)
-    return np.where(size > 1, nbytes * (size - 1.0) / size / busbw + lat, 0.0)
+    return (size > 1) * (nbytes * (size - 1.0) / size / links.ring_bw + links.latency)
 
 
-def allgather_time(nbytes: Array, stride: Array, size: Array, hw: dict[str, Array]) -> Array:
+def allgather_time(nbytes: Array, size: Array, links: GroupLinks) -> Array:
     """All-gather whose full (output) size is ``nbytes``: S·(n−1)/n / busbw + α."""
-    return reduce_scatter_time(nbytes, stride, size, hw)
+    return reduce_scatter_time(nbytes, size, links)
 
 
 def alltoall_time(nbytes: Array, stride: Array, size: Array, hw: dict[str, Array]) -> Array:
@@ -78,21 +81,17 @@ def alltoall_time(nbytes: Array, stride: Array, size: Array, hw: dict[str, Array
     proceed at once, so t = max(S·(k−1)/n / up, S·(n−k)/n / NIC) + α.
     """
     k = members_per_domain(stride, size, hw["scaleup_gpus"])
-    up = hw["scaleup_bw"] * hw["scaleup_ring_eff"]
-    out = hw["scaleout_bw"] * hw["scaleout_eff"]
-    inter = np.maximum(size - k, 0.0)
-    t_inter = np.where(inter > 0, nbytes * inter / size / out, 0.0)
-    t = np.maximum(nbytes * (k - 1.0) / size / up, t_inter)
-    lat = np.where(inter > 0, hw["scaleout_latency_s"], hw["scaleup_latency_s"])
-    return np.where(size > 1, t + lat, 0.0)
+    remote = np.maximum(size - k, 0.0)
+    t_local = nbytes * (k - 1.0) / size / hw["scaleup_ring_bw"]
+    # a GPU without a NIC (0 B/s) only fails where it has remote peers; 1 B/s keeps 0/0 out of the rest
+    t_remote = nbytes * remote / size / np.maximum(hw["scaleout_bw"], 1.0)
+    latency = hw["scaleup_latency_s"] + (remote > 0) * (hw["scaleout_latency_s"] - hw["scaleup_latency_s"])
+    return (size > 1) * (np.maximum(t_local, t_remote) + latency)
 
 
 def p2p_time(nbytes: Array, crosses_domain: Array, hw: dict[str, Array]) -> Array:
-    """One point-to-point transfer between neighbours: S / link + α, on the NIC when it leaves the domain."""
-    bw = np.where(
-        crosses_domain,
-        hw["scaleout_bw"] * hw["scaleout_eff"],
-        hw["scaleup_bw"] * hw["scaleup_ring_eff"],
-    )
-    lat = np.where(crosses_domain, hw["scaleout_latency_s"], hw["scaleup_latency_s"])
-    return nbytes / bw + lat
+    """One point-to-point transfer between neighbours: S / link + α, on the rank's NIC when it leaves the
+    domain (``crosses_domain`` is a float 0/1 mask)."""
+    bw = hw["scaleup_ring_bw"] + crosses_domain * (hw["scaleout_bw"] - hw["scaleup_ring_bw"])
+    latency = hw["scaleup_latency_s"] + crosses_domain * (hw["scaleout_latency_s"] - hw["scaleup_latency_s"])
+    return nbytes / bw + latency

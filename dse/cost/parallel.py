@@ -33,8 +33,9 @@ def cp_kv_chunk_bytes(micro_batch: Array, seq_len: Array, cp: Array, kv_width: A
 
 
 def ep_dispatch_bytes(tokens: Array, hidden: Array, top_k: Array, tp: Array, sp: Array) -> Array:
-    """Bytes one GPU sends in one MoE all-to-all: its tokens (sequence-sharded with sp) × top_k × h × 2."""
-    return tokens * top_k * hidden * ACTIVATION_BYTES / np.where(sp, tp, 1.0)
+    """Bytes one GPU sends in one MoE all-to-all: its tokens (sequence-sharded with sp, a 0/1 mask) × top_k ×
+    h × 2."""
+    return tokens * top_k * hidden * ACTIVATION_BYTES / (1.0 + sp * (tp - 1.0))
 
 
 def pp_activation_bytes(micro_batch: Array, seq_len: Array, cp: Array, hidden: Array, tp: Array) -> Array:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dse.cost.select import pick
+
 Array = np.ndarray
 
 
@@ -41,4 +43,11 @@ def inflight_layer_microbatches(microbatches: Array, pp: Array, vpp: Array, laye
     one_f_one_b = np.minimum(pp, microbatches) * layers / pp
     chunks = np.minimum(2.0 * (pp - 1.0) + (vpp - 1.0) * pp + 1.0, microbatches * vpp)
     interleaved = chunks * layers / (pp * vpp)
-    return np.where(vpp > 1, interleaved, one_f_one_b)
+    return pick((vpp > 1) * 1.0, interleaved, one_f_one_b)
+
+
+def inflight_layer_microbatches_last_stage(microbatches: Array, pp: Array, vpp: Array, layers: Array) -> Array:
+    """Layer·micro-batch activations the last stage holds: one micro-batch of its L/p layers (1F1B); with
+    interleaving Megatron-LM warms up (v−1)·p chunks on the last rank, so (v−1)·p + 1 chunks are alive."""
+    chunks = np.minimum((vpp - 1.0) * pp + 1.0, microbatches * vpp)
+    return pick((vpp > 1) * 1.0, chunks * layers / (pp * vpp), layers / pp)

@@ -1,7 +1,7 @@
 """Training step: time and memory of one configuration or millions, as numpy arrays.
 
 Every input is an array (or scalar) of float64 or integer codes; all broadcast together; every branch is
-taken under a boolean mask; a configuration that does not divide gets NaN metrics and a reason code
+taken under a mask (float 0/1, selected arithmetically, see :mod:`dse.cost.select`); a configuration that does not divide gets NaN metrics and a reason code
 (:data:`dse.codes.REASONS`), never an exception.  One call serves ``dse explain`` and a 10⁹-point sweep.
 
 Per micro-batch and layer on one GPU the time is
@@ -25,18 +25,10 @@ import numpy as np
 
 from dse import codes
 from dse.cost import constants as K
-from dse.cost.compute import (
-    gemm_bytes,
-    gemm_flops,
-    matmul_efficiency,
-    matmul_peak_flops,
-    operand_bytes,
-    roofline_time,
-)
+from dse.cost.compute import gemm_bytes, gemm_flops, matmul_rates, operand_bytes, roofline_time
 from dse.cost.memory import (
-    activation_bytes_no_recompute,
-    activation_bytes_per_layer,
     gradient_bytes,
+    layer_activation_terms,
     logits_bytes,
     optimizer_bytes,
     weight_bytes,
@@ -45,6 +37,7 @@ from dse.cost.network import (
     allgather_time,
     allreduce_time,
     alltoall_time,
+    group_links,
     p2p_time,
     reduce_scatter_time,
     spans_domains,
@@ -56,9 +49,14 @@ from dse.cost.parallel import (
     pp_activation_bytes,
     tp_activation_bytes,
 )
-from dse.cost.pipeline import inflight_layer_microbatches, pipeline_bubble_time, pipeline_time
+from dse.cost.pipeline import (
+    inflight_layer_microbatches,
+    inflight_layer_microbatches_last_stage,
+    pipeline_bubble_time,
+    pipeline_time,
+)
+from dse.cost.select import divides, pick
 from dse.cost.transformer import (
-    attention_params,
     expert_params,
     kv_width,
     mlp_matrices,
@@ -68,6 +66,7 @@ from dse.cost.transformer import (
 from dse.hardware.catalog import HARDWARE_COLUMNS
 
 Array = np.ndarray
+DTYPE = np.float32
 
 #: Inputs of :func:`train_step` (numbers, or integer codes for categorical knobs).
 TRAIN_INPUTS: tuple[str, ...] = (
@@ -79,7 +78,9 @@ TRAIN_INPUTS: tuple[str, ...] = (
 #: Metric outputs (NaN on configurations that do not divide).
 TRAIN_METRICS: tuple[str, ...] = (
     "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu",
-    "layer_time_ms", "layer_fwd_ms", "layer_bwd_ms", "microbatches",
+    "layer_time_ms", "layer_fwd_ms", "layer_bwd_ms", "layer_gemm_ms", "layer_attention_ms",
+    "layer_elementwise_ms", "layer_recompute_ms", "layer_tp_comm_ms", "layer_cp_comm_ms", "layer_ep_comm_ms",
+    "microbatches",
     "time_compute_s", "time_recompute_s", "time_tp_comm_s", "time_cp_comm_s", "time_ep_comm_s",
     "time_pp_comm_s", "time_bubble_s", "time_dp_comm_s", "time_optimizer_s",
     "params_total", "params_per_gpu",
@@ -93,6 +94,12 @@ TIME_BREAKDOWN: tuple[str, ...] = (
     "time_pp_comm_s", "time_bubble_s", "time_dp_comm_s", "time_optimizer_s",
 )
 
+#: Components whose sum is ``layer_time_ms`` exactly.
+LAYER_BREAKDOWN: tuple[str, ...] = (
+    "layer_gemm_ms", "layer_attention_ms", "layer_elementwise_ms", "layer_recompute_ms", "layer_tp_comm_ms",
+    "layer_cp_comm_ms", "layer_ep_comm_ms",
+)
+
 #: Components whose sum is ``mem_total_bytes`` exactly (for the peak stage).
 MEMORY_BREAKDOWN: tuple[str, ...] = (
     "mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes",
@@ -104,13 +111,14 @@ def train_step(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dict[s
     """Evaluate the training cost model.
 
     ``inputs`` holds :data:`TRAIN_INPUTS`, ``hw`` the :data:`dse.hardware.catalog.HARDWARE_COLUMNS`
-    (SI units), each a scalar or an array; the result maps :data:`TRAIN_METRICS` plus ``fits`` (bool) and
-    ``reason`` (int code into :data:`dse.codes.REASONS`) to float64 arrays of the broadcast shape.
+    (achieved rates, SI units), each a scalar or an array; the result maps :data:`TRAIN_METRICS` plus
+    ``fits`` (bool) and ``reason`` (int code into :data:`dse.codes.REASONS`) to arrays of the broadcast
+    shape (float64).
     """
     names = TRAIN_INPUTS + HARDWARE_COLUMNS
     arrays = np.broadcast_arrays(
-        *[np.asarray(inputs[k], dtype=np.float64) for k in TRAIN_INPUTS],
-        *[np.asarray(hw[k], dtype=np.float64) for k in HARDWARE_COLUMNS],
+        *[np.asarray(inputs[k], dtype=DTYPE) for k in TRAIN_INPUTS],
+        *[np.asarray(hw[k], dtype=DTYPE) for k in HARDWARE_COLUMNS],
     )
     cols = dict(zip(names, arrays, strict=True))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -122,96 +130,97 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     E, topk, mlp = x["experts"], x["top_k"], x["mlp"]
     gpus, t, p, d, c, e, v = x["gpus"], x["tp"], x["pp"], x["dp"], x["cp"], x["ep"], x["vpp"]
     b, B, s = x["micro_batch"], x["global_batch"], x["seq_len"]
-    prec, zero = x["precision"], x["zero"]
+    zero = x["zero"]
     hw = x
+    f64 = x["layers"].dtype.type
 
-    # ---- categorical knobs as masks -------------------------------------------------------------------
-    full = x["recompute"] == codes.RECOMPUTE_FULL
-    selective = x["recompute"] == codes.RECOMPUTE_SELECTIVE
-    standard = x["attention"] == codes.ATTENTION_STANDARD
-    sp = (x["sp"] > 0) & (t > 1)
-    tp_mode = np.where((x["tp_overlap"] == codes.TP_OVERLAP_FULL) & ~sp, codes.TP_OVERLAP_BACKWARD,
-                       x["tp_overlap"])
-    dp_overlap = x["dp_overlap"] > 0
-    pp_overlap = x["pp_overlap"] > 0
-    moe = E > 1
-    kk = np.where(moe, topk, 1.0)
+    # ---- categorical knobs as float 0/1 masks -----------------------------------------------------------
+    full = (x["recompute"] == codes.RECOMPUTE_FULL).astype(f64)
+    selective = (x["recompute"] == codes.RECOMPUTE_SELECTIVE).astype(f64)
+    standard = (x["attention"] == codes.ATTENTION_STANDARD).astype(f64)
+    is_fp8 = (x["precision"] == codes.PRECISION_FP8).astype(f64)
+    is_fp4 = (x["precision"] == codes.PRECISION_FP4).astype(f64)
+    sp = ((x["sp"] > 0) & (t > 1)).astype(f64)
+    # Transformer Engine's userbuffers overlap needs sequence parallelism; without it, only the backward
+    # (Megatron's asynchronous input-gradient reduction) can overlap.
+    tp_full = ((x["tp_overlap"] == codes.TP_OVERLAP_FULL) & (sp > 0)).astype(f64)
+    tp_bwd = ((x["tp_overlap"] == codes.TP_OVERLAP_BACKWARD)
+              | ((x["tp_overlap"] == codes.TP_OVERLAP_FULL) & (sp == 0))).astype(f64)
+    dp_overlap = (x["dp_overlap"] > 0).astype(f64)
+    pp_overlap = (x["pp_overlap"] > 0).astype(f64)
+    moe = (E > 1).astype(f64)
+    single = (p <= 1).astype(f64)
+    untied = (x["tied_embeddings"] <= 0).astype(f64)
+    swiglu = (mlp == codes.MLP_SWIGLU).astype(f64)
+    z1, z3 = (zero >= 1).astype(f64), (zero >= 3).astype(f64)
 
     # ---- shapes -----------------------------------------------------------------------------------------
+    kk = 1.0 + moe * (topk - 1.0)  # expert visits per token
     kvw = kv_width(h, a, g)
     n_mlp = mlp_matrices(mlp)
     m = B / (d * b)  # micro-batches per step
     T = b * s / c  # tokens per GPU per micro-batch
-    resid = T * h / np.where(sp, t, 1.0)  # residual-stream elements per GPU
+    resid = T * h / (1.0 + sp * (t - 1.0))  # residual-stream elements per GPU
     lps = L / p  # layers per stage
     D = hw["scaleup_gpus"]
 
     # ---- rates ------------------------------------------------------------------------------------------
-    peak = matmul_peak_flops(prec, hw)
-    mm_rate = peak * matmul_efficiency(prec, hw)
-    rate16 = hw["tensor_fp16_flops"] * hw["matmul_eff_fp16"]
-    attn_rate = hw["tensor_fp16_flops"] * hw["attention_eff"]
-    mem_rate = hw["hbm_bw"] * hw["memory_eff"]
-    ob = operand_bytes(prec)
+    peak, mm_rate = matmul_rates(is_fp8, is_fp4, hw)
+    rate16 = hw["matmul_fp16_rate"]
+    mem_rate = hw["memory_rate"]
+    ob = operand_bytes(is_fp8, is_fp4)
 
     # ---- GEMMs of one layer, forward (backward = dgrad + wgrad, each the forward's shape) ---------------
     n_qkv = (h + 2.0 * kvw) / t
     n_fc1 = (n_mlp - 1.0) * f / t
-    w_experts = np.where(moe, E / e, 1.0)  # grouped GEMM streams every local expert's weights
+    tk = T * kk
+    w_experts = ob * (1.0 + moe * (E / e - 1.0))  # a grouped GEMM streams every local expert's weights
     gemm_fwd = (
         roofline_time(gemm_flops(T, n_qkv, h), gemm_bytes(T, n_qkv, h, ob, ob, 2.0), mm_rate, mem_rate)
         + roofline_time(gemm_flops(T, h, h / t), gemm_bytes(T, h, h / t, ob, ob, 2.0), mm_rate, mem_rate)
-        + roofline_time(gemm_flops(T * kk, n_fc1, h), gemm_bytes(T * kk, n_fc1, h, ob, ob * w_experts, 2.0),
-                        mm_rate, mem_rate)
-        + roofline_time(gemm_flops(T * kk, h, f / t), gemm_bytes(T * kk, h, f / t, ob, ob * w_experts, 2.0),
-                        mm_rate, mem_rate)
-        + np.where(moe, gemm_flops(T, E, h) / rate16, 0.0)  # router
+        + roofline_time(gemm_flops(tk, n_fc1, h), gemm_bytes(tk, n_fc1, h, ob, w_experts, 2.0), mm_rate, mem_rate)
+        + roofline_time(gemm_flops(tk, h, f / t), gemm_bytes(tk, h, f / t, ob, w_experts, 2.0), mm_rate, mem_rate)
+        + moe * gemm_flops(T, E, h) / rate16  # router
     )
     gemm_bwd = 2.0 * gemm_fwd
     wgrad = gemm_fwd
 
     # ---- attention core ---------------------------------------------------------------------------------
-    flash_fwd = K.CAUSAL_FRACTION * 4.0 * b * (s / c) * s * h / t / attn_rate
+    flash_fwd = K.CAUSAL_FRACTION * 4.0 * b * (s / c) * s * h / t / hw["attention_rate"]
     scores = b * (a / t) * s * s
     std_fwd = 4.0 * b * s * s * h / t / rate16 + K.STANDARD_ATTENTION_FWD_BYTES * scores / mem_rate
     std_bwd = 8.0 * b * s * s * h / t / rate16 + K.STANDARD_ATTENTION_BWD_BYTES * scores / mem_rate
-    attn_fwd = np.where(standard, std_fwd, flash_fwd)
-    attn_bwd = np.where(standard, std_bwd, K.FLASH_BACKWARD_FLOP_RATIO * flash_fwd)
+    attn_fwd = pick(standard, std_fwd, flash_fwd)
+    attn_bwd = pick(standard, std_bwd, K.FLASH_BACKWARD_FLOP_RATIO * flash_fwd)
 
     # ---- memory-bound element-wise kernels --------------------------------------------------------------
-    swiglu = mlp == codes.MLP_SWIGLU
-    act_elems = T * kk * f / t
-    ew_fwd = (K.RESIDUAL_FWD_BYTES * resid + np.where(swiglu, K.ACTIVATION_FWD_BYTES_SWIGLU,
-                                                      K.ACTIVATION_FWD_BYTES_2MAT) * act_elems) / mem_rate
-    ew_bwd = (K.RESIDUAL_BWD_BYTES * resid + np.where(swiglu, K.ACTIVATION_BWD_BYTES_SWIGLU,
-                                                      K.ACTIVATION_BWD_BYTES_2MAT) * act_elems) / mem_rate
-
+    act_elems = tk * f / t
+    act_fwd_bytes = pick(swiglu, K.ACTIVATION_FWD_BYTES_SWIGLU, K.ACTIVATION_FWD_BYTES_2MAT)
+    act_bwd_bytes = pick(swiglu, K.ACTIVATION_BWD_BYTES_SWIGLU, K.ACTIVATION_BWD_BYTES_2MAT)
     # fp8/fp4: cast-transpose of each GEMM's activation input (forward) and output gradient (backward)
-    low_precision = prec >= codes.PRECISION_FP8
-    cast_fwd = np.where(low_precision, K.LOW_PRECISION_CAST_BYTES * T * (2.0 * h + h / t + kk * f / t), 0.0)
-    cast_bwd = np.where(low_precision, K.LOW_PRECISION_CAST_BYTES * T * (n_qkv + 2.0 * h + kk * n_fc1), 0.0)
-    ew_fwd = ew_fwd + cast_fwd / mem_rate
-    ew_bwd = ew_bwd + cast_bwd / mem_rate
+    low = is_fp8 + is_fp4
+    cast_fwd = low * K.LOW_PRECISION_CAST_BYTES * T * (2.0 * h + h / t + kk * f / t)
+    cast_bwd = low * K.LOW_PRECISION_CAST_BYTES * T * (n_qkv + 2.0 * h + kk * n_fc1)
+    ew_fwd = (K.RESIDUAL_FWD_BYTES * resid + act_fwd_bytes * act_elems + cast_fwd) / mem_rate
+    ew_bwd = (K.RESIDUAL_BWD_BYTES * resid + act_bwd_bytes * act_elems + cast_bwd) / mem_rate
 
     fwd_compute = gemm_fwd + attn_fwd + ew_fwd
     bwd_compute = gemm_bwd + attn_bwd + ew_bwd
 
     # ---- tensor parallel communication ------------------------------------------------------------------
     S = tp_activation_bytes(T, h)
-    one = np.ones_like(t)
-    ar = allreduce_time(S, one, t, hw)
-    ag = allgather_time(S, one, t, hw)
-    rs = reduce_scatter_time(S, one, t, hw)
-    tp_fwd_comm = np.where(sp, 2.0 * (ag + rs), 2.0 * ar)
-    dgrad_reduce = np.where(sp, 2.0 * rs, 2.0 * ar)  # input-gradient reduction of the column-parallel GEMMs
-    bwd_gather = np.where(sp, 4.0 * ag, 0.0)  # sp: output-grad gathers + re-gather of inputs for wgrad
-    tp_fwd = np.where(tp_mode == codes.TP_OVERLAP_FULL, np.maximum(tp_fwd_comm - gemm_fwd, 0.0), tp_fwd_comm)
-    tp_bwd = np.where(
-        tp_mode == codes.TP_OVERLAP_FULL,
-        np.maximum(dgrad_reduce + bwd_gather - gemm_bwd, 0.0),
-        np.where(tp_mode == codes.TP_OVERLAP_BACKWARD, np.maximum(dgrad_reduce - wgrad, 0.0), dgrad_reduce)
-        + bwd_gather,
-    )
+    tp_links = group_links(np.ones_like(t), t, hw)
+    ar = allreduce_time(S, t, tp_links)
+    ag = allgather_time(S, t, tp_links)
+    rs = ag  # same volume and links as the all-gather
+    tp_fwd_comm = pick(sp, 2.0 * (ag + rs), 2.0 * ar)
+    dgrad_reduce = pick(sp, 2.0 * rs, 2.0 * ar)  # input-gradient reduction of the column-parallel GEMMs
+    bwd_gather = sp * 4.0 * ag  # sp: gathers of output gradients + re-gather of inputs for the wgrad
+    tp_fwd = tp_fwd_comm - tp_full * np.minimum(tp_fwd_comm, gemm_fwd)
+    tp_bwd_none = dgrad_reduce + bwd_gather
+    tp_bwd = (tp_bwd_none
+              - tp_full * np.minimum(tp_bwd_none, gemm_bwd)
+              - tp_bwd * np.minimum(dgrad_reduce, wgrad))
 
     # ---- context parallel: ring exchange of K,V hidden under attention ----------------------------------
     cp_step = p2p_time(cp_kv_chunk_bytes(b, s, c, kvw, t), spans_domains(t, c, D), hw)
@@ -219,16 +228,14 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     cp_bwd = np.maximum(2.0 * (c - 1.0) * cp_step - attn_bwd, 0.0)
 
     # ---- expert parallel: dispatch + combine all-to-all, forward and backward ---------------------------
-    a2a = alltoall_time(ep_dispatch_bytes(T, h, kk, t, sp), t * c, e, hw)
-    ep_fwd = np.where(moe, 2.0 * a2a, 0.0)
+    ep_fwd = moe * 2.0 * alltoall_time(ep_dispatch_bytes(T, h, kk, t, sp), t * c, e, hw)
     ep_bwd = ep_fwd
 
     # ---- recomputation ----------------------------------------------------------------------------------
-    recompute = np.where(full, fwd_compute, np.where(selective, attn_fwd, 0.0))
-
-    layer_tp = tp_fwd + tp_bwd + np.where(full, tp_fwd, 0.0)
-    layer_cp = cp_fwd + cp_bwd + np.where(full, cp_fwd, 0.0)
-    layer_ep = ep_fwd + ep_bwd + np.where(full, ep_fwd, 0.0)
+    recompute = full * fwd_compute + selective * attn_fwd
+    layer_tp = tp_fwd + tp_bwd + full * tp_fwd
+    layer_cp = cp_fwd + cp_bwd + full * cp_fwd
+    layer_ep = ep_fwd + ep_bwd + full * ep_fwd
     layer_compute = fwd_compute + bwd_compute
     layer_time = layer_compute + recompute + layer_tp + layer_cp + layer_ep
 
@@ -236,82 +243,87 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     first_extra = K.EMBEDDING_BYTES * T * h / mem_rate
     logits_gemm = roofline_time(gemm_flops(T, V / t, h), gemm_bytes(T, V / t, h, 2.0, 2.0, 2.0), rate16,
                                 mem_rate)
-    last_extra = (3.0 * logits_gemm + K.CROSS_ENTROPY_BYTES * T * V / t / mem_rate
-                  + (4.0 + 6.0) * resid / mem_rate)
-    single = p <= 1
-    t_first = lps * layer_time + first_extra + np.where(single, last_extra, 0.0)
-    t_last = lps * layer_time + last_extra + np.where(single, first_extra, 0.0)
-    last_slowest = t_last >= t_first
-    extra_slowest = np.where(single, first_extra + last_extra, np.where(last_slowest, last_extra, first_extra))
+    last_extra = (3.0 * logits_gemm + (K.CROSS_ENTROPY_BYTES * T * V / t + (4.0 + 6.0) * resid) / mem_rate)
+    stage_layers = lps * layer_time
+    t_first = stage_layers + first_extra + single * last_extra
+    t_last = stage_layers + last_extra + single * first_extra
+    extra_slowest = np.maximum(t_first, t_last) - stage_layers
 
     # ---- pipeline point-to-point ------------------------------------------------------------------------
     pp_cross = spans_domains(t * c * d, p, D)
-    p2p_mb = np.where(p > 1, 2.0 * v * p2p_time(pp_activation_bytes(b, s, c, h, t), pp_cross, hw), 0.0)
+    p2p_mb = (p > 1) * 2.0 * v * p2p_time(pp_activation_bytes(b, s, c, h, t), pp_cross, hw)
     stage_compute = lps * (layer_compute + recompute)
-    pp_exposed = np.where(pp_overlap, np.maximum(p2p_mb - stage_compute, 0.0), p2p_mb)
+    pp_exposed = p2p_mb - pp_overlap * np.minimum(p2p_mb, stage_compute)
 
-    t_mb_slowest = np.maximum(t_first, t_last) + pp_exposed
+    t_mb_slowest = stage_layers + extra_slowest + pp_exposed
     t_mb_mean = (L * layer_time + first_extra + last_extra) / p + pp_exposed
     t_pipe = pipeline_time(m, p, v, t_mb_slowest, t_mb_mean)
     bubble = pipeline_bubble_time(p, v, t_mb_mean)
 
     # ---- parameters held per GPU ------------------------------------------------------------------------
-    p_attn = attention_params(h, a, g) / t
-    p_expert_layer = np.where(moe, E / e, 1.0) * expert_params(h, f, mlp) / t
-    p_layer = p_attn + p_expert_layer + np.where(moe, h * E, 0.0)
+    p_attn = h * (2.0 * h + 2.0 * kvw)  # Q, K, V and output projections (transformer.attention_params)
+    p_one_expert = expert_params(h, f, mlp)
+    p_router = moe * h * E
+    p_expert_layer = (1.0 + moe * (E / e - 1.0)) * p_one_expert / t
+    p_layer = p_attn / t + p_expert_layer + p_router
     p_embed = V * h / t
-    untied = x["tied_embeddings"] <= 0
-    p_first = lps * p_layer + p_embed + np.where(single & untied, p_embed, 0.0)
-    p_last = lps * p_layer + np.where(single, p_embed + np.where(untied, p_embed, 0.0), p_embed)
-    p_stage = np.maximum(p_first, p_last)
-    p_expert = np.where(moe, lps * p_expert_layer, 0.0)
+    p_first = lps * p_layer + p_embed * (1.0 + single * untied)
+    p_last = lps * p_layer + p_embed * (1.0 + single * untied)
+    # with pp > 1 both end stages hold one V·h/t matrix; with pp = 1 the only stage holds 1 (tied) or 2
+    p_stage = p_first
+    p_expert = moe * lps * p_expert_layer
     p_dense = p_stage - p_expert
 
     # ---- data parallel synchronisation and optimizer ----------------------------------------------------
     dpc = d * c
     edp = dpc / e
-    e_stride = t * c * e
-    grad_sync = np.where(
-        zero >= 1,
-        reduce_scatter_time(GRAD_COMM_BYTES * p_dense, t, dpc, hw)
-        + reduce_scatter_time(GRAD_COMM_BYTES * p_expert, e_stride, edp, hw),
-        allreduce_time(GRAD_COMM_BYTES * p_dense, t, dpc, hw)
-        + allreduce_time(GRAD_COMM_BYTES * p_expert, e_stride, edp, hw),
+    dense_links = group_links(t, dpc, hw)
+    expert_links = group_links(t * c * e, edp, hw)
+    g_dense, g_expert = GRAD_COMM_BYTES * p_dense, GRAD_COMM_BYTES * p_expert
+    grad_sync = pick(
+        z1,
+        reduce_scatter_time(g_dense, dpc, dense_links) + reduce_scatter_time(g_expert, edp, expert_links),
+        allreduce_time(g_dense, dpc, dense_links) + allreduce_time(g_expert, edp, expert_links),
     )
-    param_gather = np.where(
-        zero >= 1,
-        allgather_time(2.0 * p_dense, t, dpc, hw) + allgather_time(2.0 * p_expert, e_stride, edp, hw),
-        0.0,
-    )
+    param_gather = z1 * (allgather_time(2.0 * p_dense, dpc, dense_links)
+                         + allgather_time(2.0 * p_expert, edp, expert_links))
     bwd_window = lps * (bwd_compute + recompute)
     fwd_window = lps * fwd_compute
-    grad_exposed = np.where(dp_overlap, np.maximum(grad_sync - bwd_window, 0.0), grad_sync)
-    gather_once = np.where(dp_overlap, np.maximum(param_gather - fwd_window, 0.0), param_gather)
-    gather_per_mb = m * np.where(dp_overlap, np.maximum(2.0 * param_gather - stage_compute, 0.0),
-                                 2.0 * param_gather)
-    dp_exposed = grad_exposed + np.where(zero >= 3, gather_per_mb, gather_once)
-    opt_params = p_stage / np.where(zero >= 1, dpc, 1.0)
+    grad_exposed = grad_sync - dp_overlap * np.minimum(grad_sync, bwd_window)
+    gather_once = param_gather - dp_overlap * np.minimum(param_gather, fwd_window)
+    gather_per_mb = m * (2.0 * param_gather - dp_overlap * np.minimum(2.0 * param_gather, stage_compute))
+    dp_exposed = grad_exposed + pick(z3, gather_per_mb, gather_once)
+    opt_params = p_stage / (1.0 + z1 * (dpc - 1.0))
     t_opt = opt_params * K.ADAM_BYTES_PER_PARAM / mem_rate
 
     step = t_pipe + dp_exposed + t_opt
 
     # ---- outputs ----------------------------------------------------------------------------------------
     tokens = B * s
-    params_total = L * (attention_params(h, a, g) + E * expert_params(h, f, mlp) + np.where(moe, h * E, 0.0)) \
-        + V * h * np.where(untied, 2.0, 1.0)
-    mflops = model_flops_per_token(L, h, a, g, f, V, mlp, E, kk, s) * tokens
-    hflops = mflops + recompute_flops_per_token(L, h, a, g, f, mlp, E, kk, s, full, selective) * tokens
+    params_total = L * (p_attn + E * p_one_expert + p_router) + V * h * (1.0 + untied)
+    p_active = p_attn + kk * p_one_expert + p_router
+    mflops = model_flops_per_token(L, p_active, s, h, V) * tokens
+    hflops = mflops + recompute_flops_per_token(L, p_active, s, h, full, selective) * tokens
+    gpu_seconds = step * gpus
 
     out: dict[str, Array] = {
         "step_time_s": step,
         "tokens_per_s": tokens / step,
-        "tokens_per_s_per_gpu": tokens / step / gpus,
-        "model_tflops_per_gpu": mflops / step / gpus / 1e12,
-        "mfu": mflops / (step * gpus * peak),
-        "hfu": hflops / (step * gpus * peak),
+        "tokens_per_s_per_gpu": tokens / gpu_seconds,
+        "model_tflops_per_gpu": mflops / gpu_seconds * 1e-12,
+        "mfu": mflops / (gpu_seconds * peak),
+        "hfu": hflops / (gpu_seconds * peak),
         "layer_time_ms": layer_time * 1e3,
         "layer_fwd_ms": (fwd_compute + tp_fwd + cp_fwd + ep_fwd) * 1e3,
-        "layer_bwd_ms": (layer_time - fwd_compute - tp_fwd - cp_fwd - ep_fwd) * 1e3,
+        "layer_bwd_ms": (bwd_compute + recompute + tp_bwd + cp_bwd + ep_bwd + full * (tp_fwd + cp_fwd + ep_fwd))
+        * 1e3,
+        "layer_gemm_ms": (gemm_fwd + gemm_bwd) * 1e3,
+        "layer_attention_ms": (attn_fwd + attn_bwd) * 1e3,
+        "layer_elementwise_ms": (ew_fwd + ew_bwd) * 1e3,
+        "layer_recompute_ms": recompute * 1e3,
+        "layer_tp_comm_ms": layer_tp * 1e3,
+        "layer_cp_comm_ms": layer_cp * 1e3,
+        "layer_ep_comm_ms": layer_ep * 1e3,
         "microbatches": m,
         "time_compute_s": m * (lps * layer_compute + extra_slowest),
         "time_recompute_s": m * lps * recompute,
@@ -326,40 +338,36 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
         "params_per_gpu": p_stage,
     }
 
-    # ---- memory of the first and the last stage; the larger one is reported ----------------------------
-    act_layer = activation_bytes_per_layer(T, b, s, h, a, kvw, f, mlp, kk, t, sp, standard, selective, full,
-                                           ob)
-    act_transient = np.where(full, activation_bytes_no_recompute(T, b, s, h, a, kvw, f, mlp, kk, t, sp,
-                                                                 standard, ob), 0.0)
+    # ---- memory of the first and the last pipeline stage; the larger one is reported --------------------
+    kept, scores, _ = layer_activation_terms(T, b, s, h, a, kvw, f, mlp, kk, t, sp, standard, ob)
+    act_layer = pick(full, 2.0 * resid, kept + (1.0 - selective) * scores)  # memory.activation_bytes_per_layer
+    act_transient = full * (kept + scores)  # a fully recomputed layer rebuilds everything for its backward
     logits = logits_bytes(T, V, t)
-    act_first = inflight_layer_microbatches(m, p, v, L) * act_layer + act_transient \
-        + np.where(single, logits, 0.0)
-    last_chunks = np.where(v > 1, np.minimum((v - 1.0) * p + 1.0, m * v) * L / (p * v), lps)
-    act_last = last_chunks * act_layer + act_transient + logits
-    states_first = weight_bytes(p_first, dpc, zero) + gradient_bytes(p_first, dpc, zero) \
-        + optimizer_bytes(p_first, dpc, zero)
-    states_last = weight_bytes(p_last, dpc, zero) + gradient_bytes(p_last, dpc, zero) \
-        + optimizer_bytes(p_last, dpc, zero)
-    first_peak = states_first + act_first >= states_last + act_last
-    p_peak = np.where(first_peak, p_first, p_last)
-    buffers = K.RUNTIME_RESERVED_BYTES + np.where(zero >= 3, 2.0 * 2.0 * p_layer, 0.0)
-    out["mem_weights_bytes"] = weight_bytes(p_peak, dpc, zero)
-    out["mem_grads_bytes"] = gradient_bytes(p_peak, dpc, zero)
-    out["mem_optimizer_bytes"] = optimizer_bytes(p_peak, dpc, zero)
-    out["mem_activations_bytes"] = np.where(first_peak, act_first, act_last)
-    out["mem_buffers_bytes"] = buffers
-    out["mem_total_bytes"] = (out["mem_weights_bytes"] + out["mem_grads_bytes"] + out["mem_optimizer_bytes"]
-                              + out["mem_activations_bytes"] + buffers)
+    act_first = inflight_layer_microbatches(m, p, v, L) * act_layer + act_transient + single * logits
+    act_last = inflight_layer_microbatches_last_stage(m, p, v, L) * act_layer + act_transient + logits
+    act = np.maximum(act_first, act_last)  # both stages hold p_stage parameters
+    weights = weight_bytes(p_stage, dpc, zero)
+    grads = gradient_bytes(p_stage, dpc, zero)
+    optim = optimizer_bytes(p_stage, dpc, zero)
+    buffers = K.RUNTIME_RESERVED_BYTES + z3 * (2.0 * 2.0 * p_layer)  # ZeRO-3 prefetches two layers
+    total = weights + grads + optim + act + buffers
+    out.update({
+        "mem_weights_bytes": weights, "mem_grads_bytes": grads, "mem_optimizer_bytes": optim,
+        "mem_activations_bytes": act, "mem_buffers_bytes": buffers, "mem_total_bytes": total,
+    })
 
     reason = _infeasible_reason(x, m, peak)
-    fits = out["mem_total_bytes"] <= hw["hbm_bytes"]
+    fits = total <= hw["hbm_bytes"]
     bad = reason > 0
-    reason = np.where(~bad & ~fits, codes.REASON_CODE["exceeds_hbm"], reason)
+    # NaN for rows that do not divide: one select, then every metric gets it by an addition, cast to float64
+    nan_mask = np.where(bad, np.nan, 0.0).astype(L.dtype)
+    result: dict[str, Array] = {}
     for key in TRAIN_METRICS:
-        out[key] = np.where(bad, np.nan, out[key])
-    out["fits"] = fits & ~bad
-    out["reason"] = reason
-    return out
+        metric = out[key] + nan_mask
+        result[key] = metric.astype(np.float64, copy=False)
+    result["fits"] = fits & ~bad
+    result["reason"] = (reason + (~bad & ~fits) * np.float32(codes.REASON_CODE["exceeds_hbm"])).astype(np.int16)
+    return result
 
 
 def _infeasible_reason(x: dict[str, Array], microbatches: Array, peak: Array) -> Array:
@@ -368,33 +376,33 @@ def _infeasible_reason(x: dict[str, Array], microbatches: Array, peak: Array) ->
     t, p, d, c, e, v = x["tp"], x["pp"], x["dp"], x["cp"], x["ep"], x["vpp"]
     b, B, s = x["micro_batch"], x["global_batch"], x["seq_len"]
     sizes = (L, h, a, g, x["ffn_hidden"], V, x["experts"], x["top_k"], x["gpus"], t, p, d, c, e, v, b, B, s)
-    nonpositive = np.zeros(L.shape, dtype=bool)
-    for arr in sizes:
-        nonpositive |= ~(arr > 0)
+    smallest = sizes[0]
+    for arr in sizes[1:]:
+        smallest = np.minimum(smallest, arr)
     R = codes.REASON_CODE
     checks = (
-        (R["nonpositive_size"], nonpositive),
-        (R["unknown_system"], np.isnan(x["tensor_fp16_flops"])),
-        (R["precision_unsupported_by_system"], np.isnan(peak)),
+        (R["nonpositive_size"], ~(smallest > 0)),
+        (R["unknown_system"], ~(x["tensor_fp16_flops"] > 0)),
+        (R["precision_unsupported_by_system"], ~(peak > 0)),
         (R["tp*pp*cp*dp != gpus"], t * p * c * d != x["gpus"]),
-        (R["hidden % heads != 0"], np.fmod(h, a) != 0),
-        (R["heads % kv_heads != 0"], np.fmod(a, g) != 0),
+        (R["hidden % heads != 0"], ~divides(a, h)),
+        (R["heads % kv_heads != 0"], ~divides(g, a)),
         (R["top_k > experts"], x["top_k"] > x["experts"]),
-        (R["heads % tp != 0"], np.fmod(a, t) != 0),
-        (R["kv_heads % tp != 0"], np.fmod(g, t) != 0),
-        (R["layers % (pp*vpp) != 0"], np.fmod(L, p * v) != 0),
+        (R["heads % tp != 0"], ~divides(t, a)),
+        (R["kv_heads % tp != 0"], ~divides(t, g)),
+        (R["layers % (pp*vpp) != 0"], ~divides(p * v, L)),
         (R["vpp > 1 needs pp > 1"], (v > 1) & (p <= 1)),
-        (R["global_batch % (dp*micro_batch) != 0"], np.fmod(B, d * b) != 0),
-        (R["microbatches % pp != 0 (interleaved schedule)"], (v > 1) & (np.fmod(microbatches, p) != 0)),
-        (R["seq_len % (2*cp) != 0"], (c > 1) & (np.fmod(s, 2.0 * c) != 0)),
+        (R["global_batch % (dp*micro_batch) != 0"], ~divides(d * b, B)),
+        (R["microbatches % pp != 0 (interleaved schedule)"], (v > 1) & ~divides(p, microbatches)),
+        (R["seq_len % (2*cp) != 0"], (c > 1) & ~divides(2.0 * c, s)),
         (R["cp > 1 needs flash attention"], (c > 1) & (x["attention"] == codes.ATTENTION_STANDARD)),
-        (R["experts % ep != 0"], np.fmod(x["experts"], e) != 0),
-        (R["(dp*cp) % ep != 0"], np.fmod(d * c, e) != 0),
+        (R["experts % ep != 0"], ~divides(e, x["experts"])),
+        (R["(dp*cp) % ep != 0"], ~divides(e, d * c)),
         (R["zero >= 2 with pp > 1 unsupported"], (x["zero"] >= 2) & (p > 1)),
-        (R["crosses nodes without scale-out network"],
-         np.isnan(x["scaleout_bw"]) & (x["gpus"] > x["scaleup_gpus"])),
+        (R["crosses nodes without scale-out network"], ~(x["scaleout_bw"] > 0) & (x["gpus"] > x["scaleup_gpus"])),
     )
-    reason = np.zeros(L.shape, dtype=np.float64)
+    # The first failing check wins: walk them from last to first, each overwriting where it fails.
+    reason = np.zeros(L.shape, dtype=L.dtype)
     for code, failed in reversed(checks):
-        reason = np.where(failed, float(code), reason)
+        reason += failed * (code - reason)
     return reason

@@ -14,24 +14,22 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
-#: Hardware columns handed to the cost kernels (SI units: FLOP/s, bytes, bytes/s, seconds).
+#: Hardware columns handed to the cost kernels, in SI units (FLOP/s, bytes, bytes/s, seconds).  Peaks are
+#: 0 where the GPU lacks a precision; ``*_rate`` / ``*_bw`` columns are achieved rates (peak × efficiency).
 HARDWARE_COLUMNS: tuple[str, ...] = (
     "tensor_fp16_flops",
     "tensor_fp8_flops",
     "tensor_fp4_flops",
+    "matmul_fp16_rate",
+    "matmul_fp8_rate",
+    "matmul_fp4_rate",
+    "attention_rate",
+    "memory_rate",
     "hbm_bytes",
-    "hbm_bw",
     "scaleup_gpus",
-    "scaleup_bw",
+    "scaleup_ring_bw",
+    "scaleup_allreduce_bw",
     "scaleout_bw",
-    "matmul_eff_fp16",
-    "matmul_eff_fp8",
-    "matmul_eff_fp4",
-    "attention_eff",
-    "memory_eff",
-    "scaleup_ring_eff",
-    "scaleup_allreduce_eff",
-    "scaleout_eff",
     "scaleup_latency_s",
     "scaleout_latency_s",
 )
@@ -98,12 +96,43 @@ def system_codes(names: object, key: str = "system") -> np.ndarray:
     return encode(names, system_names(), key=key)
 
 
+def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Kernel hardware columns from raw peaks and efficiencies (arrays of any shape, SI units).
+
+    matmul rate = tensor peak × matmul efficiency (per precision); attention rate = 16-bit peak × attention
+    efficiency; memory rate = HBM bandwidth × memory efficiency; scale-up bus bandwidth = per-direction link
+    rate × NCCL efficiency (ring, and all-reduce which may use in-switch reduction); scale-out = NIC rate ×
+    efficiency.  Missing peaks (no fp8 on Ampere, no NIC on a consumer card) become 0.
+    """
+    z = lambda a: np.nan_to_num(np.asarray(a, dtype=np.float64), nan=0.0)  # noqa: E731
+    return {
+        "tensor_fp16_flops": z(raw["tensor_fp16_flops"]),
+        "tensor_fp8_flops": z(raw["tensor_fp8_flops"]),
+        "tensor_fp4_flops": z(raw["tensor_fp4_flops"]),
+        "matmul_fp16_rate": z(raw["tensor_fp16_flops"] * raw["matmul_eff_fp16"]),
+        "matmul_fp8_rate": z(raw["tensor_fp8_flops"] * raw["matmul_eff_fp8"]),
+        "matmul_fp4_rate": z(raw["tensor_fp4_flops"] * raw["matmul_eff_fp4"]),
+        "attention_rate": z(raw["tensor_fp16_flops"] * raw["attention_eff"]),
+        "memory_rate": z(raw["hbm_bw"] * raw["memory_eff"]),
+        "hbm_bytes": z(raw["hbm_bytes"]),
+        "scaleup_gpus": z(raw["scaleup_gpus"]),
+        "scaleup_ring_bw": z(raw["scaleup_bw"] * raw["scaleup_ring_eff"]),
+        "scaleup_allreduce_bw": z(raw["scaleup_bw"] * raw["scaleup_allreduce_eff"]),
+        "scaleout_bw": z(raw["scaleout_bw"] * raw["scaleout_eff"]),
+        "scaleup_latency_s": z(raw["scaleup_latency_s"]),
+        "scaleout_latency_s": z(raw["scaleout_latency_s"]),
+    }
+
+
 @lru_cache(maxsize=256)
-def _hardware_table(overrides: tuple[tuple[str, str, float], ...] = ()) -> dict[str, np.ndarray]:
-    """One float64 array per hardware column, one entry per catalogued system (code order)."""
+def raw_table(overrides: tuple[tuple[str, str, float], ...] = ()) -> dict[str, np.ndarray]:
+    """Raw peaks and efficiencies, one entry per catalogued system (code order), SI units."""
     sysf = systems()
     eff = efficiency().copy()
     for generation, column, value in overrides:
+        if generation not in eff.index or column not in EFFICIENCY_COLUMNS:
+            raise CatalogError(f"no efficiency constant {column!r} for generation {generation!r}; generations: "
+                               f"{', '.join(eff.index)}; constants: {', '.join(EFFICIENCY_COLUMNS)}")
         eff.loc[generation, column] = value
     missing = sorted(set(sysf["generation"]) - set(eff.index))
     if missing:
@@ -128,6 +157,11 @@ def _hardware_table(overrides: tuple[tuple[str, str, float], ...] = ()) -> dict[
     return {k: np.ascontiguousarray(v, dtype=np.float64) for k, v in table.items()}
 
 
+@lru_cache(maxsize=256)
+def _achieved_table(overrides: tuple[tuple[str, str, float], ...] = ()) -> dict[str, np.ndarray]:
+    return achieved(raw_table(overrides))
+
+
 def hardware_columns(
     codes: np.ndarray, overrides: dict[tuple[str, str], float] | None = None
 ) -> dict[str, np.ndarray]:
@@ -137,6 +171,6 @@ def hardware_columns(
     calibration); the catalog files are never modified.
     """
     key = tuple(sorted((g, c, float(v)) for (g, c), v in (overrides or {}).items()))
-    table = _hardware_table(key)
+    table = _achieved_table(key)
     idx = np.asarray(codes, dtype=np.int64)
     return {name: col[idx] for name, col in table.items()}

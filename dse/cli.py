@@ -1,0 +1,214 @@
+"""Command line: ``dse explain``, ``dse validate``, ``dse models``, ``dse systems``.
+
+Exit status: 0 success; 1 a validated file is over ``--max-mape``; 2 bad input (the message names the file,
+the row or key, the bad value and what is allowed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from dse import __version__
+from dse.frame import CATEGORICAL, InputError
+
+#: ``dse explain`` options: schema column → type shown in --help.
+EXPLAIN_OPTIONS: dict[str, str] = {
+    "model": "catalog name (see `dse models`); or give the dimensions below",
+    "layers": "int", "hidden": "int", "heads": "int", "kv_heads": "int", "ffn_hidden": "int", "vocab": "int",
+    "mlp": "gelu|swiglu|relu2", "experts": "int", "top_k": "int",
+    "system": "catalog name (see `dse systems`)",
+    "gpus": "int", "tp": "int", "pp": "int", "dp": "int", "cp": "int", "ep": "int", "vpp": "int", "sp": "0|1",
+    "micro_batch": "int", "global_batch": "int", "seq_len": "int",
+    "recompute": "none|selective|full", "zero": "0..3", "precision": "fp16|bf16|fp8|fp4",
+    "attention": "flash|standard", "tp_overlap": "none|backward|full", "dp_overlap": "0|1", "pp_overlap": "0|1",
+    "tied_embeddings": "0|1",
+}
+
+
+class CliError(Exception):
+    """Bad command-line input (exit status 2)."""
+
+
+def _read_config(path: str) -> dict[str, object]:
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise CliError(f"{path}: no such file") from exc
+    except (OSError, yaml.YAMLError) as exc:
+        raise CliError(f"{path}: not valid YAML: {exc}") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise CliError(f"{path}: expected a mapping of configuration keys, got {type(data).__name__}")
+    out = {}
+    for key, value in data.items():
+        k = str(key).replace("-", "_")
+        if k not in EXPLAIN_OPTIONS:
+            raise CliError(f"{path}: key {key!r} is not allowed; allowed keys: {', '.join(EXPLAIN_OPTIONS)}")
+        if isinstance(value, (list, dict)):
+            raise CliError(f"{path}: key {key!r}: value {value!r} is not allowed; allowed: one {EXPLAIN_OPTIONS[k]}")
+        out[k] = value
+    return out
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from dse.explain import explain_row, explain_table, format_explain
+
+    config: dict[str, object] = _read_config(args.config) if args.config else {}
+    for key in EXPLAIN_OPTIONS:
+        value = getattr(args, key)
+        if value is not None:
+            config[key] = value
+    if "system" not in config:
+        raise CliError("explain: --system is required (see `dse systems`)")
+    if "model" not in config and "layers" not in config:
+        raise CliError("explain: give --model NAME (see `dse models`) or the dimensions --layers --hidden --heads "
+                       "--vocab ...")
+    if "model" in config and "layers" not in config:
+        from dse.models.catalog import model_names
+
+        if str(config["model"]).strip().lower() not in model_names():
+            raise CliError(f"explain: --model {config['model']!r} is not in the catalog; known models: "
+                           f"{', '.join(model_names())}")
+    for key in CATEGORICAL:
+        if key in config and str(config[key]).strip().lower() not in CATEGORICAL[key]:
+            raise CliError(f"explain: --{key.replace('_', '-')} {config[key]!r} is not allowed; allowed: "
+                           f"{', '.join(CATEGORICAL[key])}")
+    row = explain_row(config)
+    if args.json:
+        tables = explain_table(row) if np.isfinite(float(row["step_time_s"])) else {}
+        payload = {
+            "configuration": {k: _jsonable(row[k]) for k in row.index if not k.startswith(("time_", "mem_",
+                                                                                           "layer_"))},
+            "time": {k: _jsonable(row[k]) for k in row.index if k.startswith("time_")},
+            "layer": {k: _jsonable(row[k]) for k in row.index if k.startswith("layer_")},
+            "memory": {k: _jsonable(row[k]) for k in row.index if k.startswith("mem_")},
+            "tables": {k: v.to_dict(orient="records") for k, v in tables.items()},
+        }
+        print(json.dumps(payload, indent=2))
+    else:
+        print(format_explain(row))
+    return 0
+
+
+def _jsonable(v: object) -> object:
+    if isinstance(v, (np.bool_, bool)):
+        return bool(v)
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating, float)):
+        return None if not np.isfinite(v) else float(v)
+    return str(v) if not isinstance(v, (int, str)) else v
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from dse.validation.fit import default_assumptions_path
+    from dse.validation.validate import file_mape, load_assumptions, summarize, validate_file
+
+    assumptions = []
+    if not args.no_assume:
+        for path in args.assume or [str(default_assumptions_path())]:
+            assumptions.extend(load_assumptions(path))
+    results = []
+    for path in args.files:
+        results.extend(validate_file(path, assumptions))
+    summary = summarize(results)
+    per_file = file_mape(results)
+    over = [f for f, m in per_file.items() if args.max_mape is not None and m is not None and m > args.max_mape]
+    if args.json:
+        print(json.dumps({"cases": [r.as_dict() for r in results], "summary": summary}, indent=2))
+    else:
+        width = max(len(r.case) for r in results)
+        print(f"{'case':<{width}s}  {'metric':<28s} {'measured':>12s} {'predicted':>12s} {'error':>8s}")
+        for r in results:
+            if r.skipped is not None:
+                print(f"{r.case:<{width}s}  {r.metric:<28s} {r.measured:12.4g} {'':>12s} {'':>8s}  skipped: "
+                      f"{r.skipped}")
+            else:
+                print(f"{r.case:<{width}s}  {r.metric:<28s} {r.measured:12.4g} {r.predicted:12.4g} "
+                      f"{r.error_pct:+7.2f}%")
+        n_assumed = sum(len(r.assumed) for r in results)
+        if n_assumed:
+            print(f"\n{n_assumed} empty cells filled from documented assumptions "
+                  f"({', '.join(args.assume or [str(default_assumptions_path())])}); --json lists them per case")
+        print("\nfile                                     metric                        n   MAPE %   max|err| %  "
+              "skipped")
+        for s in summary:
+            mape = "-" if s["mape_pct"] is None else f"{s['mape_pct']:.2f}"
+            mx = "-" if s["max_abs_error_pct"] is None else f"{s['max_abs_error_pct']:.2f}"
+            print(f"{s['file']:<40s} {s['metric']:<28s} {s['n']:3d} {mape:>8s} {mx:>12s} {s['skipped']:8d}")
+    if over:
+        print(f"dse validate: MAPE over --max-mape {args.max_mape}% in: {', '.join(over)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from dse.models.catalog import models
+
+    cols = ["layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts", "top_k",
+            "params_published_b"]
+    print(models()[cols].to_string())
+    return 0
+
+
+def cmd_systems(args: argparse.Namespace) -> int:
+    from dse.hardware.catalog import systems
+
+    cols = ["generation", "tensor_fp16_tflops", "tensor_fp8_tflops", "tensor_fp4_tflops", "hbm_gb", "hbm_tbps",
+            "scaleup_gpus", "scaleup_gbps", "scaleup_link", "scaleout_gbit", "tdp_w"]
+    print(systems()[cols].to_string())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dse", description="Analytical performance model of distributed LLM "
+                                     "training: explain one configuration, validate against measured runs.")
+    parser.add_argument("--version", action="version", version=f"dse {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    ex = sub.add_parser("explain", help="time and memory breakdown of one training configuration")
+    ex.add_argument("-f", "--config", help="YAML file with configuration keys (flags override it)")
+    for key, kind in EXPLAIN_OPTIONS.items():
+        ex.add_argument(f"--{key.replace('_', '-')}", dest=key, metavar=kind.split(" ")[0].upper()
+                        if kind in ("int",) else None, help=kind,
+                        type=int if kind == "int" else str)
+    ex.add_argument("--json", action="store_true", help="print JSON instead of text")
+    ex.set_defaults(func=cmd_explain)
+
+    va = sub.add_parser("validate", help="compare predictions with measured cases (shared/reference schema)")
+    va.add_argument("files", nargs="+", help="case CSV files")
+    va.add_argument("--max-mape", type=float, default=None, help="exit 1 when a file's MAPE exceeds PCT")
+    va.add_argument("--json", action="store_true", help="print JSON for scripts")
+    va.add_argument("--assume", action="append", help="assumptions YAML for unstated inputs (repeatable; "
+                    "default: the package's reference_assumptions.yaml, which only matches the shared cases)")
+    va.add_argument("--no-assume", action="store_true", help="use the model's defaults for every empty cell")
+    va.set_defaults(func=cmd_validate)
+
+    mo = sub.add_parser("models", help="list the model catalog")
+    mo.set_defaults(func=cmd_models)
+    sy = sub.add_parser("systems", help="list the GPU system catalog")
+    sy.set_defaults(func=cmd_systems)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (InputError, CliError) as exc:
+        print(f"dse {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""``dse explain``: one configuration, every term of its time and memory breakdown, and its bottleneck.
+
+The numbers come from the same kernel a sweep uses (:func:`dse.frame.evaluate_train` on a one-row table);
+:func:`explain_table` returns them as data, :func:`format_explain` draws the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from dse.cost.training import LAYER_BREAKDOWN, MEMORY_BREAKDOWN, TIME_BREAKDOWN
+from dse.frame import evaluate_train
+
+TIME_LABELS = {
+    "time_compute_s": "compute (forward + backward)",
+    "time_recompute_s": "activation recomputation",
+    "time_tp_comm_s": "tensor-parallel comm (exposed)",
+    "time_cp_comm_s": "context-parallel comm (exposed)",
+    "time_ep_comm_s": "expert-parallel all-to-all (exposed)",
+    "time_pp_comm_s": "pipeline send/recv (exposed)",
+    "time_bubble_s": "pipeline bubble",
+    "time_dp_comm_s": "data-parallel sync (exposed)",
+    "time_optimizer_s": "optimizer step",
+}
+LAYER_LABELS = {
+    "layer_gemm_ms": "GEMMs",
+    "layer_attention_ms": "attention core",
+    "layer_elementwise_ms": "norms, activations, dropout, casts",
+    "layer_recompute_ms": "recomputation",
+    "layer_tp_comm_ms": "TP comm (exposed)",
+    "layer_cp_comm_ms": "CP comm (exposed)",
+    "layer_ep_comm_ms": "EP all-to-all (exposed)",
+}
+MEMORY_LABELS = {
+    "mem_weights_bytes": "weights",
+    "mem_grads_bytes": "gradients",
+    "mem_optimizer_bytes": "optimizer states",
+    "mem_activations_bytes": "activations",
+    "mem_buffers_bytes": "runtime + comm buffers",
+}
+
+
+def explain_row(config: Mapping[str, object]) -> pd.Series:
+    """Evaluate one configuration (a mapping of schema columns) and return inputs + outputs as a Series."""
+    frame = pd.DataFrame([dict(config)])
+    out = evaluate_train(frame, source="<explain>", with_inputs=True)
+    row = out.iloc[0].copy()
+    row["model"] = config.get("model", "custom model")
+    return row
+
+
+def explain_table(row: pd.Series) -> dict[str, pd.DataFrame]:
+    """The breakdown tables of one evaluated row: time per step, time per layer, memory per GPU."""
+    step = float(row["step_time_s"])
+    time = pd.DataFrame({
+        "term": [TIME_LABELS[k] for k in TIME_BREAKDOWN],
+        "seconds": [float(row[k]) for k in TIME_BREAKDOWN],
+    })
+    time["share_pct"] = 100.0 * time["seconds"] / step
+    layer_total = float(row["layer_time_ms"])
+    layer = pd.DataFrame({
+        "term": [LAYER_LABELS[k] for k in LAYER_BREAKDOWN],
+        "ms": [float(row[k]) for k in LAYER_BREAKDOWN],
+    })
+    layer["share_pct"] = 100.0 * layer["ms"] / layer_total
+    mem_total = float(row["mem_total_bytes"])
+    memory = pd.DataFrame({
+        "term": [MEMORY_LABELS[k] for k in MEMORY_BREAKDOWN],
+        "GB": [float(row[k]) / 1e9 for k in MEMORY_BREAKDOWN],
+    })
+    memory["share_pct"] = 100.0 * memory["GB"] * 1e9 / mem_total
+    return {"time": time, "layer": layer, "memory": memory}
+
+
+def bottleneck(row: pd.Series) -> str:
+    """The largest term of the step time, with its share."""
+    values = np.array([float(row[k]) for k in TIME_BREAKDOWN])
+    i = int(np.argmax(values))
+    return f"{TIME_LABELS[TIME_BREAKDOWN[i]]} ({100.0 * values[i] / float(row['step_time_s']):.1f} % of the step)"
+
+
+def format_explain(row: pd.Series) -> str:
+    """Readable text for one evaluated configuration."""
+    lines = []
+    model = row.get("model", "custom model")
+    lines.append(
+        f"{model}: L={int(row['layers'])} h={int(row['hidden'])} heads={int(row['heads'])} "
+        f"kv_heads={int(row['kv_heads'])} ffn={int(row['ffn_hidden'])} vocab={int(row['vocab'])} "
+        f"mlp={row['mlp']} experts={int(row['experts'])} top_k={int(row['top_k'])}")
+    lines.append(
+        f"on {int(row['gpus'])} x {row['system']}: tp={int(row['tp'])} pp={int(row['pp'])} dp={int(row['dp'])} "
+        f"cp={int(row['cp'])} ep={int(row['ep'])} vpp={int(row['vpp'])} sp={int(row['sp'])}; "
+        f"micro_batch={int(row['micro_batch'])} global_batch={int(row['global_batch'])} "
+        f"seq_len={int(row['seq_len'])}; recompute={row['recompute']} zero={int(row['zero'])} "
+        f"precision={row['precision']} attention={row['attention']} tp_overlap={row['tp_overlap']}")
+    reason = str(row["infeasible_reason"])
+    if not np.isfinite(float(row["step_time_s"])):
+        lines.append(f"\nNo answer for this configuration: {reason}")
+        return "\n".join(lines)
+    tables = explain_table(row)
+    lines.append("")
+    lines.append(f"Step time per optimizer step ({int(row['microbatches'])} micro-batches per pipeline)")
+    for _, r in tables["time"].iterrows():
+        lines.append(f"  {r['term']:<40s} {r['seconds']:12.4f} s  {r['share_pct']:6.1f} %")
+    lines.append(f"  {'total':<40s} {float(row['step_time_s']):12.4f} s")
+    lines.append("")
+    lines.append(f"One layer, one micro-batch, forward + backward: {float(row['layer_time_ms']):.3f} ms "
+                 f"(forward {float(row['layer_fwd_ms']):.3f} ms, backward {float(row['layer_bwd_ms']):.3f} ms)")
+    for _, r in tables["layer"].iterrows():
+        lines.append(f"  {r['term']:<40s} {r['ms']:12.3f} ms {r['share_pct']:6.1f} %")
+    lines.append("")
+    lines.append("Throughput")
+    lines.append(f"  {'tokens/s':<40s} {float(row['tokens_per_s']):14.1f}")
+    lines.append(f"  {'tokens/s per GPU':<40s} {float(row['tokens_per_s_per_gpu']):14.1f}")
+    lines.append(f"  {'model TFLOP/s per GPU':<40s} {float(row['model_tflops_per_gpu']):14.1f}")
+    lines.append(f"  {'MFU / HFU':<40s} {100 * float(row['mfu']):13.1f}% / {100 * float(row['hfu']):.1f}%")
+    lines.append("")
+    hbm = float(row["hbm_bytes"]) / 1e9 if "hbm_bytes" in row else float("nan")
+    lines.append(f"Memory per GPU (peak pipeline stage; HBM {hbm:.1f} GB)")
+    for _, r in tables["memory"].iterrows():
+        lines.append(f"  {r['term']:<40s} {r['GB']:12.2f} GB {r['share_pct']:6.1f} %")
+    lines.append(f"  {'total':<40s} {float(row['mem_total_bytes']) / 1e9:12.2f} GB  "
+                 f"fits: {'yes' if bool(row['fits']) else 'NO'}")
+    lines.append("")
+    lines.append(f"Bottleneck: {bottleneck(row)}")
+    if reason:
+        lines.append(f"Infeasible: {reason}")
+    return "\n".join(lines)
