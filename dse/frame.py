@@ -263,7 +263,9 @@ def evaluate(frame: pd.DataFrame, overrides: dict[tuple[str, str], float] | None
 
     ``frame`` has the configuration columns of ``shared/reference/README.md`` (``case``, ``metric``,
     ``measured`` and ``source`` are not needed); a row may give only ``model`` (a catalogued name) instead of
-    the dimension columns.  Rows with ``task == 'infer'`` are not modelled yet and get NaN outputs.
+    the dimension columns.  Input columns the frame leaves out are added with the values used (catalog
+    dimensions, documented defaults); columns it has are never changed.  Rows with ``task == 'infer'`` are not
+    modelled yet and get NaN outputs.
     """
     frame = frame.copy()
     task = frame["task"].astype(str).str.strip().str.lower() if "task" in frame.columns else \
@@ -274,11 +276,14 @@ def evaluate(frame: pd.DataFrame, overrides: dict[tuple[str, str], float] | None
         raise InputError(f"{_where('<frame>', frame, pos)}, column 'task': value {frame['task'].iloc[pos]!r} is "
                          "not allowed; allowed: train, infer")
     is_train = (task != "infer").to_numpy()
-    outputs = evaluate_train(frame.loc[is_train], overrides=overrides) if is_train.any() else None
+    outputs = evaluate_train(frame.loc[is_train], overrides=overrides, with_inputs=True) if is_train.any() \
+        else None
     result = frame
+    if outputs is not None:
+        # inputs the frame left out (dimensions of a named model, defaults) are added, never overwritten
+        for column in outputs.columns:
+            if column not in result.columns and column not in (*TRAIN_METRICS, "fits", "infeasible_reason"):
+                result[column] = outputs[column].reindex(frame.index)
     for column in (*TRAIN_METRICS, "fits", "infeasible_reason"):
-        if outputs is not None:
-            result[column] = outputs[column].reindex(frame.index)
-        else:
-            result[column] = np.nan
+        result[column] = outputs[column].reindex(frame.index) if outputs is not None else np.nan
     return result

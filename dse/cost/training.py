@@ -291,8 +291,14 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     fwd_window = lps * fwd_compute
     grad_exposed = grad_sync - dp_overlap * np.minimum(grad_sync, bwd_window)
     gather_once = param_gather - dp_overlap * np.minimum(param_gather, fwd_window)
-    gather_per_mb = m * (2.0 * param_gather - dp_overlap * np.minimum(2.0 * param_gather, stage_compute))
-    dp_exposed = grad_exposed + pick(z3, gather_per_mb, gather_once)
+    dp_exposed_z012 = grad_exposed + gather_once
+    # ZeRO-3 gathers the weights for every micro-batch's forward and backward, hidden behind that
+    # micro-batch's compute; the last micro-batch shares its window with the gradient reduce-scatter.
+    gathers = 2.0 * param_gather
+    z3_last = gathers + grad_sync
+    dp_exposed_z3 = ((m - 1.0) * (gathers - dp_overlap * np.minimum(gathers, stage_compute))
+                     + z3_last - dp_overlap * np.minimum(z3_last, stage_compute))
+    dp_exposed = pick(z3, dp_exposed_z3, dp_exposed_z012)
     opt_params = p_stage / (1.0 + z1 * (dpc - 1.0))
     t_opt = opt_params * K.ADAM_BYTES_PER_PARAM / mem_rate
 

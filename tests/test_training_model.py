@@ -1,0 +1,184 @@
+"""The assembled training model: exact vectorization, invariants (Hypothesis), breakdowns that add up."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dse
+from dse import codes
+from dse.bench import random_configs
+from dse.cost.training import LAYER_BREAKDOWN, MEMORY_BREAKDOWN, TIME_BREAKDOWN, TRAIN_METRICS, train_step
+from dse.hardware import catalog as hwcat
+from dse.models.catalog import models
+
+OUTPUTS = (*TRAIN_METRICS, "fits", "reason")
+
+
+def _evaluate(x, systems):
+    return train_step(x, hwcat.hardware_columns(systems))
+
+
+def test_array_equals_element_by_element():
+    """One call over 400 random configurations gives bit-for-bit the values of 400 one-row calls."""
+    x, systems = random_configs(400, seed=7)
+    batch = _evaluate(x, systems)
+    for i in range(len(systems)):
+        one = _evaluate({k: v[i:i + 1] for k, v in x.items()}, systems[i:i + 1])
+        for key in OUTPUTS:
+            assert np.array_equal(batch[key][i:i + 1], one[key], equal_nan=True), (key, i)
+
+
+def test_scalar_inputs_broadcast():
+    x, systems = random_configs(50, seed=3)
+    batch = _evaluate(x, systems)
+    i = int(np.flatnonzero(np.isfinite(batch["step_time_s"]))[0])
+    scalars = {k: float(v[i]) for k, v in x.items()}
+    hw = {k: float(v[0]) for k, v in hwcat.hardware_columns(systems[i:i + 1]).items()}
+    out = train_step(scalars, hw)
+    assert out["step_time_s"].shape == ()
+    assert out["step_time_s"] == batch["step_time_s"][i]
+
+
+def test_infeasible_rows_have_nan_metrics_and_a_reason():
+    x, systems = random_configs(5000, seed=11)
+    out = _evaluate(x, systems)
+    divisibility = (out["reason"] > 0) & (out["reason"] != codes.REASON_CODE["exceeds_hbm"])
+    for key in TRAIN_METRICS:
+        assert np.isnan(out[key][divisibility]).all(), key
+        assert np.isfinite(out[key][~divisibility]).all(), key
+    assert not out["fits"][divisibility].any()
+    assert (out["reason"][out["fits"]] == 0).all()
+
+
+def test_breakdowns_add_up():
+    x, systems = random_configs(5000, seed=5)
+    out = _evaluate(x, systems)
+    ok = np.isfinite(out["step_time_s"])
+    assert ok.sum() > 100
+    np.testing.assert_allclose(sum(out[k][ok] for k in TIME_BREAKDOWN), out["step_time_s"][ok], rtol=1e-5)
+    np.testing.assert_allclose(sum(out[k][ok] for k in MEMORY_BREAKDOWN), out["mem_total_bytes"][ok], rtol=1e-5)
+    np.testing.assert_allclose(sum(out[k][ok] for k in LAYER_BREAKDOWN), out["layer_time_ms"][ok], rtol=1e-5)
+    np.testing.assert_allclose(out["layer_fwd_ms"][ok] + out["layer_bwd_ms"][ok], out["layer_time_ms"][ok],
+                               rtol=1e-5)
+
+
+# ---- properties over random catalogued configurations ------------------------------------------------------
+MODELS = models()
+SYSTEMS = hwcat.system_names()
+
+
+@st.composite
+def configs(draw):
+    row = MODELS.iloc[draw(st.integers(0, len(MODELS) - 1))]
+    tp = draw(st.sampled_from([1, 2, 4, 8]))
+    pp = draw(st.sampled_from([1, 2, 4, 8]))
+    cp = draw(st.sampled_from([1, 2]))
+    dp = draw(st.sampled_from([1, 2, 4, 16, 64]))
+    mb = draw(st.sampled_from([1, 2, 4]))
+    x = {
+        "layers": row.layers, "hidden": row.hidden, "heads": row.heads, "kv_heads": row.kv_heads,
+        "ffn_hidden": row.ffn_hidden, "vocab": row.vocab, "mlp": row.mlp_code, "experts": row.experts,
+        "top_k": row.top_k, "tied_embeddings": row.tied_embeddings,
+        "gpus": tp * pp * cp * dp, "tp": tp, "pp": pp, "dp": dp, "cp": cp,
+        "ep": draw(st.sampled_from([1, 2])) if row.experts > 1 else 1,
+        "vpp": draw(st.sampled_from([1, 2])) if pp > 1 else 1, "sp": draw(st.integers(0, 1)),
+        "micro_batch": mb, "global_batch": dp * mb * draw(st.sampled_from([1, 4, 16, 64])),
+        "seq_len": draw(st.sampled_from([1024, 2048, 4096, 8192])),
+        "recompute": draw(st.integers(0, 2)), "zero": draw(st.integers(0, 3)),
+        "precision": draw(st.sampled_from([codes.PRECISION_BF16, codes.PRECISION_FP8])),
+        "attention": draw(st.integers(0, 1)) if cp == 1 else codes.ATTENTION_FLASH,
+        "tp_overlap": draw(st.integers(0, 2)), "dp_overlap": draw(st.integers(0, 1)),
+        "pp_overlap": draw(st.integers(0, 1)),
+    }
+    system = SYSTEMS.index(draw(st.sampled_from(["a100-sxm-80gb", "h100-sxm-80gb", "b200", "gb200-nvl72"])))
+    return x, system
+
+
+def _variants(x, system, key, values):
+    batch = {k: np.full(len(values), float(v)) for k, v in x.items()}
+    batch[key] = np.asarray(values, dtype=np.float64)
+    return _evaluate(batch, np.full(len(values), system))
+
+
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FAST
+@given(configs())
+def test_more_recompute_never_raises_activation_memory(cfg):
+    x, system = cfg
+    out = _variants(x, system, "recompute", [codes.RECOMPUTE_NONE, codes.RECOMPUTE_SELECTIVE,
+                                             codes.RECOMPUTE_FULL])
+    act = out["mem_activations_bytes"]
+    if np.isfinite(act).all():
+        assert act[0] >= act[1] >= act[2]
+
+
+@FAST
+@given(configs())
+def test_more_recompute_never_lowers_step_time(cfg):
+    x, system = cfg
+    out = _variants(x, system, "recompute", [0, 1, 2])
+    t = out["step_time_s"]
+    if np.isfinite(t).all():
+        assert t[0] <= t[1] * (1 + 1e-6) and t[1] <= t[2] * (1 + 1e-6)
+
+
+@FAST
+@given(configs())
+def test_more_tp_never_raises_weight_bytes(cfg):
+    x, system = cfg
+    tps = [1, 2, 4, 8]
+    batch = {k: np.full(4, float(v)) for k, v in x.items()}
+    batch["tp"] = np.asarray(tps, dtype=np.float64)
+    batch["gpus"] = batch["tp"] * batch["pp"] * batch["cp"] * batch["dp"]
+    out = _evaluate(batch, np.full(4, system))
+    w = out["mem_weights_bytes"]
+    ok = np.isfinite(w)
+    assert np.all(np.diff(w[ok]) <= 1e-6 * w[ok][:-1])
+
+
+@FAST
+@given(configs())
+def test_feasible_rows_are_positive_finite_and_mfu_at_most_one(cfg):
+    x, system = cfg
+    out = _evaluate({k: np.asarray([float(v)]) for k, v in x.items()}, np.asarray([system]))
+    if np.isfinite(out["step_time_s"][0]):
+        assert 0 < out["step_time_s"][0] < np.inf
+        assert 0 < out["mfu"][0] <= out["hfu"][0] <= 1.0
+        for key in TIME_BREAKDOWN + MEMORY_BREAKDOWN:
+            assert out[key][0] >= 0, key
+
+
+@FAST
+@given(configs())
+def test_more_gpus_of_data_parallel_never_slow_a_fixed_per_replica_batch_by_more_than_comm(cfg):
+    """Doubling dp with the per-replica batch fixed keeps the compute per GPU: only DP sync may grow."""
+    x, system = cfg
+    batch = {k: np.full(2, float(v)) for k, v in x.items()}
+    batch["dp"] = np.asarray([x["dp"], 2 * x["dp"]], dtype=np.float64)
+    batch["gpus"] = batch["tp"] * batch["pp"] * batch["cp"] * batch["dp"]
+    batch["global_batch"] = batch["global_batch"] * batch["dp"] / x["dp"]
+    out = _evaluate(batch, np.full(2, system))
+    if np.isfinite(out["step_time_s"]).all():
+        np.testing.assert_allclose(out["time_compute_s"][1], out["time_compute_s"][0], rtol=1e-5)
+
+
+def test_python_api_adds_every_output_column(ref):
+    frame = pd.read_csv(ref / "nemo_h100_24.07.csv")
+    config = frame.drop(columns=["case", "metric", "measured", "source"])
+    out = dse.evaluate(config)
+    for column in (*TRAIN_METRICS, "fits", "infeasible_reason"):
+        assert column in out.columns
+    assert np.isfinite(out["tokens_per_s_per_gpu"]).all()
+    assert list(out.columns[: len(config.columns)]) == list(config.columns)
+
+
+def test_python_api_accepts_a_model_name_only():
+    out = dse.evaluate(pd.DataFrame([{"model": "llama3-70b", "system": "h100-sxm-80gb", "gpus": 64, "tp": 8,
+                                      "pp": 2, "global_batch": 128, "seq_len": 8192}]))
+    assert out["layers"].iloc[0] == 80
+    assert np.isfinite(out["step_time_s"].iloc[0])
