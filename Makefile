@@ -18,8 +18,7 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(BIN)/dse explain --model gpt3-175b --system a100-sxm-80gb --gpus 1024 --tp 8 --pp 8 --vpp 2 \
 	    --micro-batch 1 --global-batch 1536 --seq-len 2048 --recompute selective --sp 1
-	$(BIN)/dse validate $(REF)/megatron_narayanan2021_table1.csv $(REF)/megatron_korthikanti2022_table4.csv \
-	    $(REF)/nemo_h100_24.07.csv --assume dse/validation/reference_assumptions.yaml
+	$(BIN)/dse validate $(REF)/*.csv --assume dse/validation/reference_assumptions.yaml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
