@@ -63,10 +63,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from dse.explain import explain_row, explain_table, format_explain
 
     config: dict[str, object] = _read_config(args.config) if args.config else {}
+    origin = {k: f"{args.config}: key {k!r}" for k in config}
     for key in EXPLAIN_OPTIONS:
         value = getattr(args, key)
         if value is not None:
             config[key] = value
+            origin[key] = f"--{key.replace('_', '-')}"
     if "system" not in config:
         raise CliError("explain: --system is required (see `dse systems`)")
     if "model" not in config and "layers" not in config:
@@ -76,11 +78,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
         from dse.models.catalog import model_names
 
         if str(config["model"]).strip().lower() not in model_names():
-            raise CliError(f"explain: --model {config['model']!r} is not in the catalog; known models: "
+            raise CliError(f"explain: {origin['model']} {config['model']!r} is not in the catalog; known models: "
                            f"{', '.join(model_names())}")
     for key in CATEGORICAL:
         if key in config and str(config[key]).strip().lower() not in CATEGORICAL[key]:
-            raise CliError(f"explain: --{key.replace('_', '-')} {config[key]!r} is not allowed; allowed: "
+            raise CliError(f"explain: {origin[key]} {config[key]!r} is not allowed; allowed: "
                            f"{', '.join(CATEGORICAL[key])}")
     row = explain_row(config)
     if args.json:

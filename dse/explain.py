@@ -46,7 +46,8 @@ MEMORY_LABELS = {
 def explain_row(config: Mapping[str, object]) -> pd.Series:
     """Evaluate one configuration (a mapping of schema columns) and return inputs + outputs as a Series."""
     frame = pd.DataFrame([dict(config)])
-    out = evaluate_train(frame, source="<explain>", with_inputs=True)
+    frame.attrs["single_configuration"] = True
+    out = evaluate_train(frame, source="dse explain", with_inputs=True)
     row = out.iloc[0].copy()
     row["model"] = config.get("model", "custom model")
     return row

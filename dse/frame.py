@@ -71,6 +71,8 @@ class InputError(ValueError):
 
 
 def _where(source: str, frame: pd.DataFrame, pos: int) -> str:
+    if frame.attrs.get("single_configuration"):
+        return source
     row = frame.index[pos]
     case = ""
     if "case" in frame.columns and isinstance(frame["case"].iloc[pos], str):
@@ -138,6 +140,28 @@ def _fill_dimensions_from_catalog(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def check_configuration_cells(frame: pd.DataFrame, source: str) -> None:
+    """Check the cells every row may carry, whatever its task: integer columns, categorical columns and the
+    system name.  Raises :class:`InputError` naming the row and column of the first bad cell."""
+    for col in INTEGER_MIN:
+        if col in frame.columns:
+            _integers(frame, col, source)
+    defaults = {"mlp": "gelu", "recompute": "none", "precision": "bf16", "attention": "flash",
+                "tp_overlap": "full"}
+    for col, default in defaults.items():
+        if col in frame.columns:
+            _categorical(frame, col, source, default)
+    if "system" in frame.columns:
+        system = frame["system"]
+        blank = _blank(system)
+        names = system.astype(object).where(~blank, "").astype(str).str.strip().str.lower()
+        known = (names.isin(hwcat.system_names()) | blank).to_numpy()
+        if not known.all():
+            pos = int(np.flatnonzero(~known)[0])
+            raise InputError(f"{_where(source, frame, pos)}, column 'system': value {system.iloc[pos]!r} is not a "
+                             f"catalogued system; allowed: {', '.join(hwcat.system_names())}")
+
+
 def tied_embeddings_default(frame: pd.DataFrame, dims: Mapping[str, np.ndarray]) -> np.ndarray:
     """Catalog value of ``tied_embeddings`` for rows whose ``model`` is catalogued with the same dimensions."""
     n = len(frame)
@@ -159,7 +183,7 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
 
     Raises :class:`InputError` naming the row and column of the first bad cell.
     """
-    frame = _fill_dimensions_from_catalog(frame.reset_index(drop=True))
+    frame = _fill_dimensions_from_catalog(frame)
     for col in ("layers", "hidden", "heads", "vocab", "system", "tp", "pp", "seq_len", "global_batch"):
         if col not in frame.columns:
             raise InputError(f"{source}: missing column {col!r} (required; see shared/reference/README.md)")

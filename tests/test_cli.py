@@ -97,8 +97,8 @@ def test_validate_text_lists_every_case_and_a_mape_summary(capsys, in_repo):
     assert len(header) == 1, out
     summary = [ln for ln in lines if ln.startswith("megatron_korthikanti2022_table4.csv")]
     assert len(summary) == 1, out
-    m = re.fullmatch(r"megatron_korthikanti2022_table4\.csv\s+layer_time_ms\s+5\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s+0",
-                     summary[0].strip())
+    m = re.fullmatch(r"megatron_korthikanti2022_table4\.csv\s+layer_time_ms\s+5\s+"
+                     r"(\d+\.\d\d)\s+(\d+\.\d\d)\s+0", summary[0].strip())
     assert m, f"summary line not as expected: {summary[0]!r}"
     mape, max_err = float(m.group(1)), float(m.group(2))
     assert 0.0 <= mape <= max_err
@@ -188,7 +188,7 @@ assert _HEADER == list(REQUIRED_COLUMNS), "the corpus below is written with the 
 
 
 def train_row(i: int = 1, **changes: str) -> dict[str, str]:
-    """A valid training case (Korthikanti Table 4, no recompute) under a neutral case id; ``changes`` break it.
+    """A valid training case (Korthikanti Table 4, no recompute) under a neutral id; ``changes`` break it.
 
     The id matches none of the globs in the package's reference_assumptions.yaml, so no cell is filled in.
     """
@@ -247,6 +247,12 @@ def _bytes(name: str, data: bytes) -> Callable[[Path], Path]:
     return make
 
 
+def _directory(d: Path) -> Path:
+    p = d / "a_directory.csv"
+    p.mkdir()
+    return p
+
+
 def _ragged(d: Path) -> Path:
     p = write_cases(d / "ragged.csv", [train_row(1)])
     with p.open("a", encoding="utf-8") as fh:
@@ -255,40 +261,27 @@ def _ragged(d: Path) -> Path:
 
 
 _ALL_SYSTEMS = ", ".join(system_names())
-
-# The bug xfailed below: dse/frame.py train_inputs() resets the index of the *training subset* that
-# dse/validation/validate.py validate_file() hands it (frame.loc[is_train]), so row numbers of errors found
-# there count training rows only, not lines of the file.
-_ROW_AFTER_INFER_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="package bug: dse/frame.py:169 train_inputs() does frame.reset_index(drop=True) on the train-only "
-           "subset passed by dse/validation/validate.py:185, so an error in a training row that follows an "
-           "inference row reports the wrong file row (row 2 instead of row 3)")
-# pandas raises EmptyDataError (a ValueError, not a ParserError) for a 0-byte file; read_cases does not catch it.
-_EMPTY_FILE_BUG = pytest.mark.xfail(
-    strict=True, raises=pd.errors.EmptyDataError,
-    reason="package bug: dse/validation/validate.py:126-131 read_cases() does not catch "
-           "pandas.errors.EmptyDataError, so an empty case file ends in a traceback (exit 1) instead of an "
-           "InputError (exit 2)")
+#: A PNG-like header followed by bytes that are not valid UTF-8.
+_GARBAGE = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(128, 256))
 
 CORPUS: dict[str, Bad] = {
     "missing_required_column": Bad(_without("seq_len"), column="seq_len", allowed=("missing column",)),
     "unknown_extra_column": Bad(_with_extra, column="colour",
                                 allowed=("unknown column", *REQUIRED_COLUMNS, *OPTIONAL_COLUMNS)),
-    "empty_file": Bad(_bytes("empty.csv", b""), marks=(_EMPTY_FILE_BUG,)),
+    "empty_file": Bad(_bytes("empty.csv", b""), allowed=("empty file",)),
     "header_only": Bad(lambda d: write_cases(d / "header_only.csv", []), allowed=("no cases",)),
-    "duplicate_case_id": Bad(lambda d: write_cases(d / "dup.csv", [train_row(1), train_row(1, measured="21")]),
+    "duplicate_case_id": Bad(lambda d: write_cases(d / "dup.csv", [train_row(1), train_row(1, measured="2")]),
                              row=3, column="case", value=None, allowed=("duplicate case id", "'corpus-1'")),
     "unknown_task": Bad(_one("task", task="serve"), row=2, column="task", value="serve",
                         allowed=(", ".join(TASKS),)),
     "unknown_metric": Bad(_one("metric", metric="mfu"), row=2, column="metric", value="mfu",
                           allowed=(", ".join(METRICS),)),
-    "measured_not_numeric": Bad(_one("measured_text", measured="fast"), row=2, column="measured", value="fast",
-                                allowed=("a positive number",)),
+    "measured_not_numeric": Bad(_one("measured_text", measured="fast"), row=2, column="measured",
+                                value="fast", allowed=("a positive finite number",)),
     "measured_negative": Bad(_one("measured_neg", measured="-19.6"), row=2, column="measured", value="-19.6",
-                             allowed=("a positive number",)),
+                             allowed=("a positive finite number",)),
     "measured_empty": Bad(_one("measured_empty", measured=""), row=2, column="measured",
-                          allowed=("a positive number",)),
+                          allowed=("a positive finite number",)),
     "unknown_system": Bad(_one("system", system="tpu-v9"), row=2, column="system", value="tpu-v9",
                           allowed=(_ALL_SYSTEMS,)),
     "tp_not_integer": Bad(_one("tp_frac", tp="2.5"), row=2, column="tp", value="2.5",
@@ -299,22 +292,29 @@ CORPUS: dict[str, Bad] = {
     "precision_unknown": Bad(_one("precision", precision="fp64"), row=2, column="precision", value="fp64",
                              allowed=(", ".join(PRECISION),)),
     "sp_two": Bad(_one("sp", sp="2"), row=2, column="sp", value="2", allowed=("an integer in 0..1",)),
-    "zero_five": Bad(_one("zero", zero="5"), row=2, column="zero", value="5", allowed=("an integer in 0..3",)),
+    "zero_five": Bad(_one("zero", zero="5"), row=2, column="zero", value="5",
+                     allowed=("an integer in 0..3",)),
     "layers_text": Bad(_one("layers", layers="forty-eight"), row=2, column="layers", value="forty-eight",
                        allowed=("an integer >= 1",)),
     "dp_and_gpus_empty": Bad(_one("dp_gpus", dp="", gpus=""), row=2, column="dp",
                              allowed=("'gpus'", "both empty", "give at least one")),
-    "bad_value_in_second_row": Bad(lambda d: write_cases(d / "second.csv", [train_row(1), train_row(2, tp="0")]),
-                                   row=3, column="tp", value="0", allowed=("corpus-2", "an integer >= 1")),
+    "bad_value_in_second_row": Bad(
+        lambda d: write_cases(d / "second.csv", [train_row(1), train_row(2, tp="0")]),
+        row=3, column="tp", value="0", allowed=("corpus-2", "an integer >= 1")),
     "bad_train_row_after_infer_row": Bad(
         lambda d: write_cases(d / "mixed.csv", [infer_row(1), train_row(2, system="tpu-v9")]),
-        row=3, column="system", value="tpu-v9", allowed=("corpus-2", _ALL_SYSTEMS), marks=(_ROW_AFTER_INFER_BUG,)),
+        row=3, column="system", value="tpu-v9", allowed=("corpus-2", _ALL_SYSTEMS),
+        ),
+    "measured_infinite": Bad(_one("measured_inf", measured="inf"), row=2, column="measured", value="inf",
+                             allowed=("a positive finite number",)),
+    "bad_system_in_inference_row": Bad(
+        lambda d: write_cases(d / "infer_bad.csv", [infer_row(1, system="tpu-v9")]),
+        row=2, column="system", value="tpu-v9", allowed=(_ALL_SYSTEMS,)),
     "file_does_not_exist": Bad(lambda d: d / "no_such_cases.csv", allowed=("no such file",)),
-    "binary_garbage": Bad(_bytes("garbage.csv", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(128, 256))),
+    "binary_garbage": Bad(_bytes("garbage.csv", _GARBAGE),
                           allowed=("not a readable CSV",)),
     "ragged_row": Bad(_ragged, allowed=("not a readable CSV",)),
-    "directory_not_file": Bad(lambda d: (d / "a_directory.csv").mkdir() or d / "a_directory.csv",
-                              allowed=("not a readable CSV",)),
+    "directory_not_file": Bad(_directory, allowed=("not a readable CSV",)),
 }
 
 
@@ -334,7 +334,7 @@ def _listing(d: Path) -> list[str]:
 
 
 def test_corpus_base_rows_are_valid(capsys, workdirs):
-    """Control: the unbroken rows the corpus starts from validate cleanly (so each error comes from the break)."""
+    """Control: the corpus's unbroken rows validate cleanly, so each error comes from the break."""
     cases, _ = workdirs
     good = write_cases(cases / "good.csv", [infer_row(1), train_row(2), train_row(3)])
     code, out, err = run(capsys, "validate", "--no-assume", str(good))
@@ -395,9 +395,7 @@ def test_script_validate_over_max_mape_exits_1():
 
 @pytest.mark.parametrize("name", [
     "tp_not_integer",
-    pytest.param("empty_file", marks=pytest.mark.xfail(
-        strict=True, reason="package bug: dse/validation/validate.py:126-131 does not catch "
-                            "pandas.errors.EmptyDataError; the real exit status is 1 with a traceback")),
+    "empty_file",
 ])
 def test_script_malformed_file_exits_2(name, tmp_path):
     cwd = tmp_path / "cwd"

@@ -103,7 +103,8 @@ def _variants(x, system, key, values):
     return _evaluate(batch, np.full(len(values), system))
 
 
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomize: CI must be reproducible; a long random exploration is run by hand before changes land
+FAST = settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 
 @FAST

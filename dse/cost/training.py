@@ -347,7 +347,9 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     # ---- memory of the first and the last pipeline stage; the larger one is reported --------------------
     kept, scores, _ = layer_activation_terms(T, b, s, h, a, kvw, f, mlp, kk, t, sp, standard, ob)
     act_layer = pick(full, 2.0 * resid, kept + (1.0 - selective) * scores)  # memory.activation_bytes_per_layer
-    act_transient = full * (kept + scores)  # a fully recomputed layer rebuilds everything for its backward
+    # The layer being back-propagated rebuilds what recomputation dropped: its s×s attention tensors
+    # (selective), or all its activations on top of its stored input (full).
+    act_transient = selective * scores + full * (kept + scores - 2.0 * resid)
     logits = logits_bytes(T, V, t)
     act_first = inflight_layer_microbatches(m, p, v, L) * act_layer + act_transient + single * logits
     act_last = inflight_layer_microbatches_last_stage(m, p, v, L) * act_layer + act_transient + logits

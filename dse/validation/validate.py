@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from dse.frame import OPTIONAL_KNOBS, InputError, evaluate_train
+from dse.frame import OPTIONAL_KNOBS, InputError, check_configuration_cells, evaluate_train
 
 REQUIRED_COLUMNS: tuple[str, ...] = (
     "case", "task", "model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts",
@@ -126,8 +126,11 @@ def read_cases(path: str | Path) -> pd.DataFrame:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
     except FileNotFoundError as exc:
         raise InputError(f"{path}: no such file") from exc
+    except pd.errors.EmptyDataError as exc:
+        raise InputError(f"{path}: empty file; expected a CSV header with the columns of "
+                         "shared/reference/README.md") from exc
     except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not a readable CSV file: {exc}") from exc
+        raise InputError(f"{path}: not a readable CSV file: {str(exc).strip()}") from exc
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
         raise InputError(f"{path}: missing column(s) {', '.join(repr(c) for c in missing)}; the schema is in "
@@ -163,14 +166,15 @@ def read_cases(path: str | Path) -> pd.DataFrame:
         raise InputError(f"{where(pos, 'metric')}: value {frame['metric'].iloc[pos]!r} is not allowed; allowed: "
                          f"{', '.join(METRICS)}")
     measured = pd.to_numeric(frame["measured"], errors="coerce")
-    bad = ~(measured > 0).to_numpy()
+    bad = ~((measured > 0) & np.isfinite(measured)).to_numpy()
     if bad.any():
         pos = int(np.flatnonzero(bad)[0])
         raise InputError(f"{where(pos, 'measured')}: value {frame['measured'].iloc[pos]!r} is not allowed; "
-                         "allowed: a positive number")
+                         "allowed: a positive finite number")
     frame["task"] = task
     frame["metric"] = metric
     frame["measured"] = measured.astype(np.float64)
+    check_configuration_cells(frame, str(path))
     return frame
 
 
