@@ -133,7 +133,7 @@ def _fill_dimensions_from_catalog(frame: pd.DataFrame) -> pd.DataFrame:
     for col in DIMENSION_COLUMNS:
         values = cat.reindex(names.to_numpy())[col].to_numpy()
         if col not in frame.columns:
-            frame[col] = np.where(known, values, None)
+            frame[col] = pd.Series(values, index=frame.index, dtype=object).where(known, None)
         else:
             blank = _blank(frame[col])
             frame[col] = frame[col].astype(object).where(~(blank & known), pd.Series(values, index=frame.index))
@@ -192,7 +192,7 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     n = len(frame)
     empty = pd.Series([np.nan] * n, index=frame.index, dtype=object)
 
-    def col(name: str) -> pd.Series:
+    def column_or_empty(name: str) -> pd.Series:
         return frame[name] if name in frame.columns else empty
 
     x: dict[str, np.ndarray] = {}
@@ -202,10 +202,10 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
             pos = int(np.flatnonzero(v.isna().to_numpy())[0])
             raise InputError(f"{_where(source, frame, pos)}, column {name!r}: empty, but a value is required")
         x[name] = v.to_numpy()
-    work = frame.assign(**{k: col(k) for k in ("kv_heads", "ffn_hidden", "experts", "top_k", "cp", "ep", "vpp",
-                                                  "micro_batch", "sp", "zero", "dp", "gpus", "dp_overlap",
-                                                  "pp_overlap", "tied_embeddings", "mlp", "recompute",
-                                                  "precision", "attention", "tp_overlap")})
+    optional = ("kv_heads", "ffn_hidden", "experts", "top_k", "cp", "ep", "vpp", "micro_batch", "sp", "zero", "dp",
+                "gpus", "dp_overlap", "pp_overlap", "tied_embeddings", "mlp", "recompute", "precision", "attention",
+                "tp_overlap")
+    work = frame.assign(**{k: column_or_empty(k) for k in optional})
     ints = {k: _integers(work, k, source).to_numpy() for k in (
         "kv_heads", "ffn_hidden", "experts", "top_k", "cp", "ep", "vpp", "micro_batch", "sp", "zero", "dp",
         "gpus", "dp_overlap", "pp_overlap", "tied_embeddings")}
@@ -273,7 +273,7 @@ def evaluate_train(frame: pd.DataFrame, source: str = "<frame>",
     out = pd.DataFrame({k: res[k] for k in TRAIN_METRICS}, index=frame.index)
     out["fits"] = res["fits"].astype(bool)
     reason = res["reason"].astype(np.int64)
-    out["infeasible_reason"] = pd.Categorical.from_codes(reason, categories=list(codes.REASONS))
+    out["infeasible_reason"] = pd.Categorical.from_codes(reason, categories=pd.Index(codes.REASONS))
     if with_inputs:
         inputs = resolved_inputs(x, frame.index)
         inputs.insert(0, "system", np.asarray(hwcat.system_names(), dtype=object)[sys_codes])

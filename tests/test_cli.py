@@ -19,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from dse.cli import EXPLAIN_OPTIONS, main

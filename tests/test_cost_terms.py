@@ -105,7 +105,7 @@ def test_selective_recompute_flops_count_the_attention_core_once():
     (Korthikanti 2022 §5).  Its Eq. (8) writes 72·B·L·s·h²·(1 + s/3h + V/12hL), i.e. 12·B·s²·h per layer,
     three times that operation count (the "2.7 % overhead" of §5 is the same s/6h); we count the operations
     actually re-executed, 4·B·s²·h per layer."""
-    L, h, V, s = 96.0, 12288.0, 51200.0, 2048.0
+    L, h, s = 96.0, 12288.0, 2048.0
     active = transformer.active_matmul_params_per_layer(h, 96.0, 96.0, 4 * h, 0, 1.0, 1.0)
     extra = transformer.recompute_flops_per_token(L, active, s, h, full=0.0, selective=1.0)
     _close(extra, L * (2 * s * h + 2 * s * h))

@@ -5,9 +5,11 @@ All functions take numpy arrays (or scalars) that broadcast together and return 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-Array = np.ndarray
+Array = Any  # numpy arrays or scalars that broadcast (the stubs cannot express broadcasting)
 
 
 def gemm_flops(m: Array, n: Array, k: Array) -> Array:

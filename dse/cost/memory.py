@@ -11,11 +11,11 @@ MoE, FlashAttention and context parallelism.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
 from dse.codes import MLP_SWIGLU
 
-Array = np.ndarray
+Array = Any  # numpy arrays or scalars that broadcast (the stubs cannot express broadcasting)
 
 WEIGHT_BYTES = 2.0  #: 16-bit weights (ZeRO §3.1)
 GRAD_BYTES = 2.0  #: 16-bit gradients (ZeRO §3.1)

@@ -23,11 +23,11 @@ Hardware columns are *achieved* rates (link rate × the generation's measured ef
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-Array = np.ndarray
+Array = Any  # numpy arrays or scalars that broadcast (the stubs cannot express broadcasting)
 
 
 class GroupLinks(NamedTuple):

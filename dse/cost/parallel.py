@@ -8,9 +8,9 @@ ranks apart.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
-Array = np.ndarray
+Array = Any  # numpy arrays or scalars that broadcast (the stubs cannot express broadcasting)
 
 ACTIVATION_BYTES = 2.0  #: activations and their gradients travel in 16 bits (bf16/fp16)
 GRAD_COMM_BYTES = 2.0  #: gradients are reduced in 16 bits (ZeRO §7.1 convention; NeMo grad_sync_dtype bf16)

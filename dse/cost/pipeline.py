@@ -7,11 +7,13 @@ most p micro-batches in flight on the first stage; the interleaved schedule need
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from dse.cost.select import pick
 
-Array = np.ndarray
+Array = Any  # numpy arrays or scalars that broadcast (the stubs cannot express broadcasting)
 
 
 def pipeline_time(microbatches: Array, pp: Array, vpp: Array, t_mb_slowest: Array, t_mb_mean: Array) -> Array:

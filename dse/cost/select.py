@@ -7,9 +7,11 @@ mask", done arithmetically).  Both branches must be finite where they are multip
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-Array = np.ndarray
+Array = Any  # numpy arrays or scalars that broadcast (the stubs cannot express broadcasting)
 
 
 def pick(mask: Array, if_true: Array | float, if_false: Array | float) -> Array:

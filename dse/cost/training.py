@@ -1,8 +1,10 @@
 """Training step: time and memory of one configuration or millions, as numpy arrays.
 
-Every input is an array (or scalar) of float64 or integer codes; all broadcast together; every branch is
-taken under a mask (float 0/1, selected arithmetically, see :mod:`dse.cost.select`); a configuration that does not divide gets NaN metrics and a reason code
-(:data:`dse.codes.REASONS`), never an exception.  One call serves ``dse explain`` and a 10⁹-point sweep.
+Every input is an array (or scalar) of numbers or integer codes; all broadcast together; every branch is
+taken under a mask (float 0/1, selected arithmetically, see :mod:`dse.cost.select`); a configuration that
+does not divide gets NaN metrics and a reason code (:data:`dse.codes.REASONS`), never an exception.
+Internally float32 (relative error ~1e-7, far below the model's), outputs float64.  One call serves
+``dse explain`` and a 10⁹-point sweep.
 
 Per micro-batch and layer on one GPU the time is
 
@@ -20,6 +22,7 @@ logits and loss (last); the step is
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -65,7 +68,7 @@ from dse.cost.transformer import (
 )
 from dse.hardware.catalog import HARDWARE_COLUMNS
 
-Array = np.ndarray
+Array = Any  # numpy arrays or scalars that broadcast (the stubs cannot express broadcasting)
 DTYPE = np.float32
 
 #: Inputs of :func:`train_step` (numbers, or integer codes for categorical knobs).
@@ -267,10 +270,9 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     p_expert_layer = (1.0 + moe * (E / e - 1.0)) * p_one_expert / t
     p_layer = p_attn / t + p_expert_layer + p_router
     p_embed = V * h / t
-    p_first = lps * p_layer + p_embed * (1.0 + single * untied)
-    p_last = lps * p_layer + p_embed * (1.0 + single * untied)
-    # with pp > 1 both end stages hold one V·h/t matrix; with pp = 1 the only stage holds 1 (tied) or 2
-    p_stage = p_first
+    # With pp > 1 the first stage holds the embedding and the last the output layer (a copy when tied):
+    # one V·h/t matrix each.  With pp = 1 the only stage holds 1 (tied) or 2 (untied).
+    p_stage = lps * p_layer + p_embed * (1.0 + single * untied)
     p_expert = moe * lps * p_expert_layer
     p_dense = p_stage - p_expert
 

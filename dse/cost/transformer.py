@@ -7,11 +7,13 @@ n_mlp = 2 matrices (gelu, relu2) or 3 (swiglu).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np  # noqa: F401  (Array alias)
 
 from dse.codes import MLP_SWIGLU
 
-Array = np.ndarray
+Array = Any  # numpy arrays or scalars that broadcast (the stubs cannot express broadcasting)
 
 
 def mlp_matrices(mlp: Array) -> Array:

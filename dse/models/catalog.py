@@ -39,4 +39,5 @@ def model_row(name: str) -> pd.Series:
     key = name.strip().lower()
     if key not in cat.index:
         raise KeyError(f"model {name!r} is not in the catalog; known models: {', '.join(cat.index)}")
-    return cat.loc[key]
+    row: pd.Series = cat.loc[key]  # type: ignore[assignment]  # a unique index gives one row
+    return row

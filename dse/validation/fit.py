@@ -92,7 +92,8 @@ def fit(files: Sequence[str | Path], assumptions: Sequence[Assumption],
     from dse.hardware.catalog import efficiency
 
     eff = efficiency()
-    x0 = np.array(start if start is not None else [float(eff.loc[g, c]) for g, c in params], dtype=np.float64)
+    shipped = [float(eff[c].to_numpy()[eff.index.get_loc(g)]) for g, c in params]
+    x0 = np.array(start if start is not None else shipped, dtype=np.float64)
     best = nelder_mead(log_error_objective(files, assumptions, params), x0)
     return {p: float(v) for p, v in zip(params, best, strict=True)}
 

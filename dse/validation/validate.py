@@ -114,7 +114,7 @@ def apply_assumptions(frame: pd.DataFrame, assumptions: Sequence[Assumption]) ->
             if _blank(frame[col].iloc[pos]):
                 if frame[col].dtype != object:
                     frame[col] = frame[col].astype(object)
-                frame.iloc[pos, frame.columns.get_loc(col)] = value
+                frame.loc[frame.index[pos], col] = value  # type: ignore[call-overload]
                 applied[pos][col] = value
     return frame, applied
 
@@ -147,12 +147,14 @@ def read_cases(path: str | Path) -> pd.DataFrame:
         return f"{path}: row {pos + 2} (case {frame['case'].iloc[pos]!r}), column {col!r}"
 
     case = frame["case"]
-    for pos in np.flatnonzero(case.isna().to_numpy()):
-        raise InputError(f"{path}: row {pos + 2}, column 'case': empty; every case needs a unique id")
+    blank_case = case.isna().to_numpy()
+    if blank_case.any():
+        first = int(np.flatnonzero(blank_case)[0])
+        raise InputError(f"{path}: row {first + 2}, column 'case': empty; every case needs a unique id")
     dup = case.duplicated().to_numpy()
     if dup.any():
-        pos = int(np.flatnonzero(dup)[0])
-        raise InputError(f"{where(pos, 'case')}: duplicate case id")
+        first = int(np.flatnonzero(dup)[0])
+        raise InputError(f"{where(first, 'case')}: duplicate case id")
     task = frame["task"].fillna("").str.strip().str.lower()
     bad = ~task.isin(TASKS).to_numpy()
     if bad.any():
