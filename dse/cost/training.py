@@ -70,6 +70,8 @@ from dse.hardware.catalog import HARDWARE_COLUMNS
 
 Array = Any  # numpy arrays or scalars that broadcast (the stubs cannot express broadcasting)
 DTYPE = np.float32
+#: Gather the divisible rows and compute only those when they are fewer than this fraction of the batch.
+COMPACT_BELOW = 0.7
 
 #: Inputs of :func:`train_step` (numbers, or integer codes for categorical knobs).
 TRAIN_INPUTS: tuple[str, ...] = (
@@ -123,9 +125,33 @@ def train_step(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dict[s
         *[np.asarray(inputs[k], dtype=DTYPE) for k in TRAIN_INPUTS],
         *[np.asarray(hw[k], dtype=DTYPE) for k in HARDWARE_COLUMNS],
     )
-    cols = dict(zip(names, arrays, strict=True))
+    shape = arrays[0].shape
+    cols = {k: a.ravel() for k, a in zip(names, arrays, strict=True)}
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        return _train_step(cols)
+        reason = _infeasible_reason(cols)
+        ok = reason == 0
+        n_ok = int(np.count_nonzero(ok))
+        # Rows that do not divide get NaN, so they are not computed: when they are many (a product grid
+        # usually has many), the divisible rows are gathered, evaluated, and scattered back.  Every row's
+        # arithmetic is the same either way, so results do not depend on the batch.
+        if n_ok < COMPACT_BELOW * ok.size:
+            idx = np.flatnonzero(ok)
+            sub = _train_step({k: v[idx] for k, v in cols.items()})
+            block = np.full((len(TRAIN_METRICS), ok.size), np.nan)
+            out = dict(zip(TRAIN_METRICS, block, strict=True))
+            for k in TRAIN_METRICS:
+                out[k][idx] = sub[k]
+            exceeds = np.zeros(ok.size, dtype=bool)
+            exceeds[idx] = ~sub["fits"]
+        else:
+            full = _train_step(cols)
+            nan_mask = np.where(ok, 0.0, np.nan).astype(DTYPE)  # one select; metrics get NaN by an addition
+            out = {k: (full[k] + nan_mask).astype(np.float64, copy=False) for k in TRAIN_METRICS}
+            exceeds = ok & ~full["fits"]
+    result: dict[str, Array] = {k: v.reshape(shape) for k, v in out.items()}
+    result["fits"] = (ok & ~exceeds).reshape(shape)
+    result["reason"] = np.where(exceeds, codes.REASON_CODE["exceeds_hbm"], reason).astype(np.int16).reshape(shape)
+    return result
 
 
 def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one formula, read top to bottom
@@ -366,25 +392,20 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
         "mem_activations_bytes": act, "mem_buffers_bytes": buffers, "mem_total_bytes": total,
     })
 
-    reason = _infeasible_reason(x, m, peak)
-    fits = total <= hw["hbm_bytes"]
-    bad = reason > 0
-    # NaN for rows that do not divide: one select, then every metric gets it by an addition, cast to float64
-    nan_mask = np.where(bad, np.nan, 0.0).astype(L.dtype)
-    result: dict[str, Array] = {}
-    for key in TRAIN_METRICS:
-        metric = out[key] + nan_mask
-        result[key] = metric.astype(np.float64, copy=False)
-    result["fits"] = fits & ~bad
-    result["reason"] = (reason + (~bad & ~fits) * np.float32(codes.REASON_CODE["exceeds_hbm"])).astype(np.int16)
+    result: dict[str, Array] = {k: out[k].astype(np.float64, copy=False) for k in TRAIN_METRICS}
+    result["fits"] = total <= hw["hbm_bytes"]
     return result
 
 
-def _infeasible_reason(x: dict[str, Array], microbatches: Array, peak: Array) -> Array:
-    """First failing check as a code into :data:`dse.codes.REASONS` (0 = feasible)."""
+def _infeasible_reason(x: dict[str, Array]) -> Array:
+    """First failing divisibility / support check as a code into :data:`dse.codes.REASONS` (0 = feasible)."""
     L, h, a, g, V = x["layers"], x["hidden"], x["heads"], x["kv_heads"], x["vocab"]
     t, p, d, c, e, v = x["tp"], x["pp"], x["dp"], x["cp"], x["ep"], x["vpp"]
     b, B, s = x["micro_batch"], x["global_batch"], x["seq_len"]
+    microbatches = B / (d * b)
+    is_fp8 = (x["precision"] == codes.PRECISION_FP8).astype(L.dtype)
+    is_fp4 = (x["precision"] == codes.PRECISION_FP4).astype(L.dtype)
+    peak, _ = matmul_rates(is_fp8, is_fp4, x)
     sizes = (L, h, a, g, x["ffn_hidden"], V, x["experts"], x["top_k"], x["gpus"], t, p, d, c, e, v, b, B, s)
     smallest = sizes[0]
     for arr in sizes[1:]:
