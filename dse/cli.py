@@ -17,6 +17,7 @@ import yaml
 
 from dse import __version__
 from dse.frame import CATEGORICAL, InputError
+from dse.spec import SpecError
 
 #: ``dse explain`` options: schema column → type shown in --help.
 EXPLAIN_OPTIONS: dict[str, str] = {
@@ -153,6 +154,30 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from dse.runner import DEFAULT_MAX_POINTS, prepare, run
+    from dse.spec import load_spec
+
+    spec = load_spec(args.spec)
+    out = args.output or f"results/{spec.name}"
+    print(f"{args.spec}: {spec.size:,} points in {len(spec.grids)} sub-grid(s) -> {out}", flush=True)
+    plan = prepare(spec, out, part_size=args.chunk_size, max_points=args.max_points or DEFAULT_MAX_POINTS,
+                   resume=args.resume, feasible_only=args.feasible_only)
+    stats = run(plan, jobs=args.jobs, backend=args.backend, scheduler=args.scheduler,
+                feasible_only=args.feasible_only, progress=None if not args.quiet else False)
+    rate = stats["points"] / stats["seconds"] if stats["seconds"] > 0 else float("inf")
+    print(f"{out}: {stats['parts']} part(s), {stats['points']:,} points evaluated, {stats['rows']:,} rows written in "
+          f"{stats['seconds']:.2f} s ({rate:,.0f} points/s)")
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from dse.info import format_info
+
+    print(format_info(args.results, metric=args.metric, top=args.top))
+    return 0
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from dse.models.catalog import models
 
@@ -195,6 +220,26 @@ def build_parser() -> argparse.ArgumentParser:
     va.add_argument("--no-assume", action="store_true", help="use the model's defaults for every empty cell")
     va.set_defaults(func=cmd_validate)
 
+    ru = sub.add_parser("run", help="sweep a spec (spaces/*.yaml) into a Parquet dataset under results/")
+    ru.add_argument("spec", help="sweep spec YAML")
+    ru.add_argument("-o", "--output", help="results directory (default: results/<spec name>)")
+    ru.add_argument("--jobs", type=int, default=-1, help="parallel workers (default: all cores)")
+    ru.add_argument("--chunk-size", type=int, default=262_144, help="grid points per Parquet part")
+    ru.add_argument("--backend", choices=("loky", "dask"), default="loky", help="joblib backend")
+    ru.add_argument("--scheduler", help="Dask scheduler address tcp://host:port (default: a local cluster)")
+    ru.add_argument("--resume", action="store_true", help="evaluate only the parts missing from -o")
+    ru.add_argument("--feasible-only", action="store_true", help="write only rows that divide and fit")
+    ru.add_argument("--max-points", type=int, default=None, help="refuse grids larger than this (default 1e9)")
+    ru.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    ru.set_defaults(func=cmd_run)
+
+    inf = sub.add_parser("info", help="summarize a results directory")
+    inf.add_argument("results", help="results/NAME")
+    inf.add_argument("--metric", default="step_time_s", help="rank the best rows by this column (default "
+                     "step_time_s; *_per_s, mfu and hfu rank high-first)")
+    inf.add_argument("--top", type=int, default=10, help="how many best rows")
+    inf.set_defaults(func=cmd_info)
+
     mo = sub.add_parser("models", help="list the model catalog")
     mo.set_defaults(func=cmd_models)
     sy = sub.add_parser("systems", help="list the GPU system catalog")
@@ -207,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except (InputError, CliError) as exc:
+    except (InputError, CliError, SpecError) as exc:
         print(f"dse {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -15,6 +15,7 @@ import pandas as pd
 
 from dse import codes
 from dse.cost.training import TRAIN_METRICS, train_step
+from dse.defaults import CATEGORICAL, CATEGORICAL_DEFAULTS, DEFAULTS_DOC, fill_defaults  # noqa: F401 (re-export)
 from dse.hardware import catalog as hwcat
 from dse.models.catalog import models as model_catalog
 
@@ -24,14 +25,6 @@ TRAIN_COLUMNS = ("sp", "micro_batch", "global_batch", "seq_len", "recompute", "z
 #: Knobs of this model that the reference schema does not have; a table may add them as columns.
 OPTIONAL_KNOBS = ("attention", "tp_overlap", "dp_overlap", "pp_overlap", "tied_embeddings")
 
-#: Categorical columns and their allowed values.
-CATEGORICAL: dict[str, tuple[str, ...]] = {
-    "mlp": codes.MLP,
-    "recompute": codes.RECOMPUTE,
-    "precision": codes.PRECISION,
-    "attention": codes.ATTENTION,
-    "tp_overlap": codes.TP_OVERLAP,
-}
 #: Integer columns: (minimum allowed value).
 INTEGER_MIN: dict[str, int] = {
     "layers": 1, "hidden": 1, "heads": 1, "kv_heads": 1, "ffn_hidden": 1, "vocab": 1, "experts": 1,
@@ -40,31 +33,6 @@ INTEGER_MIN: dict[str, int] = {
     "tied_embeddings": 0, "batch": 1, "input_len": 1, "output_len": 0,
 }
 INTEGER_MAX: dict[str, int] = {"sp": 1, "zero": 3, "dp_overlap": 1, "pp_overlap": 1, "tied_embeddings": 1}
-
-#: The defaults for empty cells, as documented in the README ("Defaults").
-DEFAULTS_DOC: dict[str, str] = {
-    "kv_heads": "heads (multi-head attention)",
-    "ffn_hidden": "4 * hidden",
-    "mlp": "gelu",
-    "experts": "1",
-    "top_k": "1",
-    "cp": "1",
-    "ep": "1",
-    "vpp": "1 (plain 1F1B)",
-    "dp": "gpus / (tp * pp * cp)",
-    "gpus": "tp * pp * cp * dp",
-    "sp": "1 when tp > 1, else 0 (Megatron-core / NeMo default)",
-    "micro_batch": "1",
-    "recompute": "none",
-    "zero": "1 (Megatron distributed optimizer, the NeMo default)",
-    "precision": "bf16",
-    "attention": "flash",
-    "tp_overlap": "full (Transformer Engine userbuffers; needs sp, else backward)",
-    "dp_overlap": "1 (gradient reduce-scatter / parameter all-gather overlapped)",
-    "pp_overlap": "1 (pipeline send/recv overlapped with compute)",
-    "tied_embeddings": "the catalog's value when `model` names a catalogued model with the same dimensions, else 0",
-}
-
 
 class InputError(ValueError):
     """Bad input table: the message names the source, the row, the column, the value and what is allowed."""
@@ -107,9 +75,11 @@ def _integers(frame: pd.DataFrame, col: str, source: str) -> pd.Series:
     return num
 
 
-def _categorical(frame: pd.DataFrame, col: str, source: str, default: str) -> np.ndarray:
+def _categorical(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
+    """Codes of a categorical column as float64, NaN for empty cells (filled by :func:`fill_defaults`)."""
     raw = frame[col]
     blank = _blank(raw)
+    default = CATEGORICAL_DEFAULTS[col]
     names = raw.astype(object).where(~blank, default).astype(str).str.strip().str.lower()
     allowed = CATEGORICAL[col]
     ok = names.isin(allowed).to_numpy()
@@ -117,7 +87,9 @@ def _categorical(frame: pd.DataFrame, col: str, source: str, default: str) -> np
         pos = int(np.flatnonzero(~ok)[0])
         raise InputError(f"{_where(source, frame, pos)}, column {col!r}: value {raw.iloc[pos]!r} is not allowed; "
                          f"allowed: {', '.join(allowed)} (or empty for the default {default!r})")
-    return codes.encode(names.to_numpy(), allowed, key=col).astype(np.float64)
+    out = codes.encode(names.to_numpy(), allowed, key=col).astype(np.float64)
+    out[blank] = np.nan
+    return out
 
 
 def _fill_dimensions_from_catalog(frame: pd.DataFrame) -> pd.DataFrame:
@@ -146,11 +118,9 @@ def check_configuration_cells(frame: pd.DataFrame, source: str) -> None:
     for col in INTEGER_MIN:
         if col in frame.columns:
             _integers(frame, col, source)
-    defaults = {"mlp": "gelu", "recompute": "none", "precision": "bf16", "attention": "flash",
-                "tp_overlap": "full"}
-    for col, default in defaults.items():
+    for col in CATEGORICAL:
         if col in frame.columns:
-            _categorical(frame, col, source, default)
+            _categorical(frame, col, source)
     if "system" in frame.columns:
         system = frame["system"]
         blank = _blank(system)
@@ -210,34 +180,17 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
         "kv_heads", "ffn_hidden", "experts", "top_k", "cp", "ep", "vpp", "micro_batch", "sp", "zero", "dp",
         "gpus", "dp_overlap", "pp_overlap", "tied_embeddings")}
 
-    def fill(arr: np.ndarray, default: np.ndarray | float) -> np.ndarray:
-        return np.where(np.isnan(arr), default, arr)
-
-    x["kv_heads"] = fill(ints["kv_heads"], x["heads"])
-    x["ffn_hidden"] = fill(ints["ffn_hidden"], 4.0 * x["hidden"])
-    x["experts"] = fill(ints["experts"], 1.0)
-    x["top_k"] = fill(ints["top_k"], 1.0)
-    x["cp"] = fill(ints["cp"], 1.0)
-    x["ep"] = fill(ints["ep"], 1.0)
-    x["vpp"] = fill(ints["vpp"], 1.0)
-    x["micro_batch"] = fill(ints["micro_batch"], 1.0)
-    model_par = x["tp"] * x["pp"] * x["cp"]
     both_missing = np.isnan(ints["dp"]) & np.isnan(ints["gpus"])
     if both_missing.any():
         pos = int(np.flatnonzero(both_missing)[0])
         raise InputError(f"{_where(source, frame, pos)}, columns 'dp' and 'gpus': both empty; give at least one")
-    x["dp"] = fill(ints["dp"], np.floor(ints["gpus"] / model_par))
-    x["gpus"] = fill(ints["gpus"], model_par * x["dp"])
-    x["sp"] = fill(ints["sp"], (x["tp"] > 1).astype(np.float64))
-    x["zero"] = fill(ints["zero"], 1.0)
-    x["dp_overlap"] = fill(ints["dp_overlap"], 1.0)
-    x["pp_overlap"] = fill(ints["pp_overlap"], 1.0)
-    x["mlp"] = _categorical(work, "mlp", source, "gelu")
-    x["recompute"] = _categorical(work, "recompute", source, "none")
-    x["precision"] = _categorical(work, "precision", source, "bf16")
-    x["attention"] = _categorical(work, "attention", source, "flash")
-    x["tp_overlap"] = _categorical(work, "tp_overlap", source, "full")
-    x["tied_embeddings"] = fill(ints["tied_embeddings"], tied_embeddings_default(frame, x))
+    x.update(ints)
+    for key in CATEGORICAL:
+        x[key] = _categorical(work, key, source)
+    if np.isnan(x["tied_embeddings"]).any():
+        x["tied_embeddings"] = np.where(np.isnan(x["tied_embeddings"]), tied_embeddings_default(frame, x),
+                                        x["tied_embeddings"])
+    fill_defaults(x)
 
     system = frame["system"]
     blank = _blank(system)

@@ -1,0 +1,77 @@
+"""Documented defaults for empty inputs, one source of truth for tables (``dse.frame``), ``dse explain`` and
+sweep specs (``dse.sweep``).  They describe a current Megatron-core / NeMo stack."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dse import codes
+
+#: Categorical defaults (names).
+CATEGORICAL_DEFAULTS: dict[str, str] = {
+    "mlp": "gelu",
+    "recompute": "none",
+    "precision": "bf16",
+    "attention": "flash",
+    "tp_overlap": "full",
+}
+#: Vocabulary of each categorical input.
+CATEGORICAL: dict[str, tuple[str, ...]] = {
+    "mlp": codes.MLP,
+    "recompute": codes.RECOMPUTE,
+    "precision": codes.PRECISION,
+    "attention": codes.ATTENTION,
+    "tp_overlap": codes.TP_OVERLAP,
+}
+
+#: The defaults, as documented in the README ("Inputs, defaults and optional knobs").
+DEFAULTS_DOC: dict[str, str] = {
+    "kv_heads": "heads (multi-head attention)",
+    "ffn_hidden": "4 * hidden",
+    "mlp": "gelu",
+    "experts": "1",
+    "top_k": "1",
+    "cp": "1",
+    "ep": "1",
+    "vpp": "1 (plain 1F1B)",
+    "dp": "gpus / (tp * pp * cp)",
+    "gpus": "tp * pp * cp * dp",
+    "sp": "1 when tp > 1, else 0 (Megatron-core / NeMo default)",
+    "micro_batch": "1",
+    "recompute": "none",
+    "zero": "1 (Megatron distributed optimizer, the NeMo default)",
+    "precision": "bf16",
+    "attention": "flash",
+    "tp_overlap": "full (Transformer Engine userbuffers; needs sp, else backward)",
+    "dp_overlap": "1 (gradient reduce-scatter / parameter all-gather overlapped)",
+    "pp_overlap": "1 (pipeline send/recv overlapped with compute)",
+    "tied_embeddings": "the catalog's value when `model` names a catalogued model with the same dimensions, else 0",
+}
+
+
+def fill_defaults(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Replace NaN (empty) entries of the kernel inputs by the documented defaults, in place and returned.
+
+    Categorical inputs are codes (NaN = empty).  ``dp`` is derived from ``gpus`` (rounded down; a layout that
+    does not divide is then reported by the model) and ``gpus`` from ``dp``; one of them must be given.
+    """
+
+    def fill(key: str, default: np.ndarray | float) -> None:
+        arr = x[key]
+        x[key] = np.where(np.isnan(arr), default, arr)
+
+    fill("kv_heads", x["heads"])
+    fill("ffn_hidden", 4.0 * x["hidden"])
+    for key in ("experts", "top_k", "cp", "ep", "vpp", "micro_batch"):
+        fill(key, 1.0)
+    model_parallel = x["tp"] * x["pp"] * x["cp"]
+    fill("dp", np.floor(x["gpus"] / model_parallel))
+    fill("gpus", model_parallel * x["dp"])
+    fill("sp", (x["tp"] > 1).astype(np.float64))
+    fill("zero", 1.0)
+    fill("dp_overlap", 1.0)
+    fill("pp_overlap", 1.0)
+    fill("tied_embeddings", 0.0)
+    for key, name in CATEGORICAL_DEFAULTS.items():
+        fill(key, float(CATEGORICAL[key].index(name)))
+    return x

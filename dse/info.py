@@ -1,0 +1,55 @@
+"""``dse info results/NAME``: what a sweep dataset holds and its best rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import yaml
+
+from dse.cost.training import TRAIN_METRICS
+from dse.spec import SpecError
+
+HIGH_IS_BETTER = ("tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu")
+
+
+def load(path: str | Path, columns: list[str] | None = None) -> pd.DataFrame:
+    """The whole dataset as one DataFrame (``pd.read_parquet`` on the directory does the same)."""
+    return pd.read_parquet(path, columns=columns)
+
+
+def format_info(path: str | Path, metric: str = "step_time_s", top: int = 10) -> str:
+    root = Path(path)
+    from dse.runner import SPEC_FILE
+
+    spec_file = root / SPEC_FILE
+    if not root.is_dir() or not spec_file.exists():
+        raise SpecError(f"{root}: not a results directory written by `dse run` (no _spec.yaml)")
+    if metric not in TRAIN_METRICS:
+        raise SpecError(f"--metric: value {metric!r} is not allowed; allowed: {', '.join(TRAIN_METRICS)}")
+    meta = yaml.safe_load(spec_file.read_text(encoding="utf-8")) or {}
+    parts = sorted(root.glob("part-*.parquet"))
+    rows = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
+    lines = [f"{root}: spec {meta.get('source')} (digest {meta.get('spec_digest')}), dse {meta.get('dse_version')}, "
+             f"created {meta.get('created')}",
+             f"grid points {meta.get('points', 0):,}; parts {len(parts)} of {meta.get('parts')}; rows {rows:,}"]
+    if not parts:
+        return "\n".join(lines)
+    cols = ["model", "system", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "micro_batch", "global_batch",
+            "recompute", "zero", "precision", metric, "mem_total_bytes", "fits", "infeasible_reason"]
+    frame = load(root, columns=list(dict.fromkeys(cols + ["step_time_s"])))
+    feasible = frame[frame["fits"]]
+    lines.append(f"feasible rows (divide and fit) {len(feasible):,}; reasons of the others: "
+                 + ", ".join(f"{k} {v:,}" for k, v in frame.loc[~frame["fits"], "infeasible_reason"]
+                             .value_counts().items() if v))
+    if feasible.empty:
+        return "\n".join(lines)
+    ascending = metric not in HIGH_IS_BETTER
+    best = feasible.sort_values(metric, ascending=ascending).head(top)
+    lines.append(f"best {len(best)} by {metric} ({'lowest' if ascending else 'highest'} first):")
+    show = best.drop(columns=["fits", "infeasible_reason"]).copy()
+    show["mem_total_bytes"] = (show["mem_total_bytes"].astype("float64") / 1e9).round(1)
+    show = show.rename(columns={"mem_total_bytes": "mem_GB"})
+    lines.append(show.to_string(index=False))
+    return "\n".join(lines)

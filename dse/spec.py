@@ -1,0 +1,440 @@
+"""Sweep specs: declarative YAML → a checked, resolved :class:`Spec` (sub-grids of axes, constraints).
+
+A spec (``spaces/*.yaml``, read with ``yaml.safe_load`` only) names models, systems, the workload and the
+axes to sweep.  ``grids`` is a list of sub-grids, each the Cartesian product of its axes, so conditional
+spaces ("cp only when tp ≥ 2") need no special code; ``grid`` is shorthand for one sub-grid.  An axis is a
+single value, a list, or a range (``{start, stop, step}`` or ``{start, stop, pow2: true}``, both including
+``stop``).  Exactly one of ``gpus`` and ``dp`` is given per sub-grid; the other is derived
+(``dp = gpus / (tp·pp·cp)``).
+
+Every problem raises :class:`SpecError` whose message names the file, the key, the bad value and what is
+allowed (the CLI turns it into exit status 2 before anything is written).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from dse.cost.training import TRAIN_METRICS
+from dse.defaults import CATEGORICAL
+from dse.hardware.catalog import system_names
+from dse.models.catalog import models as model_catalog
+
+
+class SpecError(ValueError):
+    """A malformed spec: names the file, the key, the bad value and what is allowed."""
+
+
+TOP_KEYS = ("name", "description", "task", "grid", "grids", "constraints", "models")
+#: Integer axes and their allowed ranges (inclusive).
+INT_AXES: dict[str, tuple[int, int | None]] = {
+    "gpus": (1, None), "dp": (1, None), "tp": (1, None), "pp": (1, None), "cp": (1, None), "ep": (1, None),
+    "vpp": (1, None), "micro_batch": (1, None), "global_batch": (1, None), "seq_len": (1, None),
+    "sp": (0, 1), "zero": (0, 3), "dp_overlap": (0, 1), "pp_overlap": (0, 1),
+}
+#: Categorical axes (besides model and system) and their vocabularies.
+CAT_AXES: dict[str, tuple[str, ...]] = {k: v for k, v in CATEGORICAL.items() if k != "mlp"}
+GRID_KEYS = ("model", "system", *INT_AXES, *CAT_AXES)
+REQUIRED_GRID_KEYS = ("model", "system", "global_batch", "seq_len")
+MODEL_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts", "top_k",
+              "tied_embeddings")
+REQUIRED_MODEL_KEYS = ("layers", "hidden", "heads", "vocab")
+CONSTRAINT_KEYS = ("divisible", "tp_within_scaleup", "filters")
+#: Columns a filter may name: inputs, model dimensions, outputs.
+FILTER_INPUT_COLUMNS = (*GRID_KEYS, "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "experts",
+                        "top_k")
+FILTER_OUTPUT_COLUMNS = (*TRAIN_METRICS, "fits")
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One axis of a sub-grid: numeric values (categorical axes hold codes into ``labels``)."""
+
+    name: str
+    values: np.ndarray
+    labels: tuple[str, ...] | None = None
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+@dataclass(frozen=True)
+class SubGrid:
+    axes: tuple[Axis, ...]  #: sorted by name, the last varies fastest
+
+    @property
+    def size(self) -> int:
+        return math.prod(len(a) for a in self.axes)
+
+
+@dataclass(frozen=True)
+class Filter:
+    """A safely parsed expression over columns; ``uses_outputs`` says whether it needs the model's outputs."""
+
+    text: str
+    names: frozenset[str]
+    uses_outputs: bool
+    evaluate: Callable[[Mapping[str, np.ndarray]], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    path: str
+    task: str
+    grids: tuple[SubGrid, ...]
+    model_names: tuple[str, ...]  #: vocabulary of the ``model`` axis (catalog + custom models)
+    model_table: dict[str, np.ndarray]  #: dimensions per model code
+    divisible: bool
+    tp_within_scaleup: bool
+    filters: tuple[Filter, ...]
+    resolved: dict[str, Any] = field(default_factory=dict)  #: the spec with every default written out
+
+    @property
+    def size(self) -> int:
+        return sum(g.size for g in self.grids)
+
+    def digest(self) -> str:
+        """Content hash of the resolved spec (what the results depend on)."""
+        return hashlib.sha256(json.dumps(self.resolved, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# ---- values --------------------------------------------------------------------------------------------------
+def _err(path: str, key: str, value: object, allowed: str) -> SpecError:
+    return SpecError(f"{path}: {key}: value {value!r} is not allowed; allowed: {allowed}")
+
+
+def _int_values(path: str, key: str, raw: object, lo: int, hi: int | None) -> list[int]:
+    allowed = f"integers >= {lo}" if hi is None else f"integers in {lo}..{hi}"
+    form = (f"{allowed}, as one value, a non-empty list, {{start, stop, step}} or {{start, stop, pow2: true}}")
+    if isinstance(raw, Mapping):
+        extra = set(raw) - {"start", "stop", "step", "pow2"}
+        if extra or "start" not in raw or "stop" not in raw:
+            raise _err(path, key, dict(raw), f"a range {{start, stop, step}} or {{start, stop, pow2: true}} "
+                                             f"(unknown or missing keys: {sorted(extra) or ['start/stop']})")
+        start, stop = raw["start"], raw["stop"]
+        for part, v in (("start", start), ("stop", stop)):
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise _err(path, f"{key}.{part}", v, allowed)
+        if start > stop:
+            raise _err(path, key, dict(raw), "a range with start <= stop")
+        if raw.get("pow2"):
+            if "step" in raw:
+                raise _err(path, key, dict(raw), "either step or pow2, not both")
+            if start < 1:
+                raise _err(path, f"{key}.start", start, "a power-of-two range starting at 1 or more")
+            values = [2**i for i in range(0, 63) if start <= 2**i <= stop]
+            if not values:
+                raise _err(path, key, dict(raw), "a power-of-two range that contains a power of two")
+        else:
+            step = raw.get("step", 1)
+            if not isinstance(step, int) or isinstance(step, bool) or step <= 0:
+                raise _err(path, f"{key}.step", step, "a positive integer")
+            values = list(range(start, stop + 1, step))
+            if len(values) > 1_000_000:
+                raise _err(path, key, dict(raw), "at most 1,000,000 values on one axis")
+    elif isinstance(raw, list):
+        if not raw:
+            raise _err(path, key, raw, "a non-empty list of " + allowed)
+        values = raw
+    else:
+        values = [raw]
+    out = []
+    for v in values:
+        if isinstance(v, bool) and hi == 1:
+            v = int(v)
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise _err(path, key, v, form)
+        if v < lo or (hi is not None and v > hi):
+            raise _err(path, key, v, allowed)
+        out.append(v)
+    if len(set(out)) != len(out):
+        raise _err(path, key, raw, "distinct values (a value appears twice)")
+    return out
+
+
+def _name_values(path: str, key: str, raw: object, vocabulary: tuple[str, ...]) -> list[int]:
+    values = raw if isinstance(raw, list) else [raw]
+    if isinstance(raw, list) and not raw:
+        raise _err(path, key, raw, "a non-empty list of: " + ", ".join(vocabulary))
+    codes = []
+    for v in values:
+        name = str(v).strip().lower() if isinstance(v, str) else None
+        if name is None or name not in vocabulary:
+            raise _err(path, key, v, ", ".join(vocabulary))
+        codes.append(vocabulary.index(name))
+    if len(set(codes)) != len(codes):
+        raise _err(path, key, raw, "distinct values (a value appears twice)")
+    return codes
+
+
+# ---- filters -------------------------------------------------------------------------------------------------
+_ALLOWED_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd,
+                  ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.Compare,
+                  ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Name, ast.Load, ast.Constant)
+FILTER_HELP = ("arithmetic (+ - * / // % **), comparisons (< <= > >= == !=), and / or / not, parentheses, "
+               "numbers, quoted names for categorical columns, and the columns: "
+               + ", ".join(FILTER_INPUT_COLUMNS + FILTER_OUTPUT_COLUMNS))
+
+
+def parse_filter(path: str, key: str, text: object, categorical: Mapping[str, tuple[str, ...]]) -> Filter:
+    """Parse a filter expression with :mod:`ast` (never ``eval``) into a vectorized function of columns."""
+    if not isinstance(text, str) or not text.strip():
+        raise _err(path, key, text, "a non-empty expression string: " + FILTER_HELP)
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as exc:
+        raise SpecError(f"{path}: {key}: expression {text!r} is not valid syntax ({exc.msg}); allowed: "
+                        f"{FILTER_HELP}") from exc
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, _ALLOWED_NODES):
+            raise SpecError(f"{path}: {key}: expression {text!r} uses {type(node).__name__!r}, which is not "
+                            f"allowed; allowed: {FILTER_HELP}")
+        if isinstance(node, ast.Name):
+            if node.id not in FILTER_INPUT_COLUMNS and node.id not in FILTER_OUTPUT_COLUMNS:
+                raise SpecError(f"{path}: {key}: expression {text!r} names {node.id!r}, which is not a column; "
+                                f"allowed: {FILTER_HELP}")
+            names.add(node.id)
+        if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float, str)) \
+                or isinstance(node, ast.Constant) and isinstance(node.value, bool):
+            raise SpecError(f"{path}: {key}: expression {text!r} has constant {node.value!r}; allowed: {FILTER_HELP}")
+    if not names:
+        raise SpecError(f"{path}: {key}: expression {text!r} names no column; allowed: {FILTER_HELP}")
+
+    def to_code(column: str, value: str) -> float:
+        vocab = categorical.get(column)
+        if vocab is None:
+            raise SpecError(f"{path}: {key}: expression {text!r} compares {column!r} with the text {value!r}; "
+                            f"only categorical columns ({', '.join(categorical)}) take quoted names")
+        if value.lower() not in vocab:
+            raise SpecError(f"{path}: {key}: expression {text!r}: {value!r} is not a value of {column!r}; "
+                            f"allowed: {', '.join(vocab)}")
+        return float(vocab.index(value.lower()))
+
+    # string constants are only meaningful against a categorical column in a comparison
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            cols = [o.id for o in operands if isinstance(o, ast.Name)]
+            for o in operands:
+                if isinstance(o, ast.Constant) and isinstance(o.value, str):
+                    if len(cols) != 1:
+                        raise SpecError(f"{path}: {key}: expression {text!r}: a quoted name must be compared with "
+                                        "exactly one categorical column")
+                    o.value = to_code(cols[0], o.value)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            raise SpecError(f"{path}: {key}: expression {text!r}: the text {node.value!r} is only allowed in a "
+                            "comparison with a categorical column")
+    code = compile(tree, filename=f"<filter {text}>", mode="eval")
+
+    def evaluate(columns: Mapping[str, np.ndarray]) -> np.ndarray:
+        env = {n: columns[n] for n in names}
+        with np.errstate(all="ignore"):
+            return np.asarray(eval(code, {"__builtins__": {}}, env), dtype=bool)  # noqa: S307 - checked AST
+
+    return Filter(text, frozenset(names), bool(names & set(FILTER_OUTPUT_COLUMNS)), evaluate)
+
+
+# ---- the spec --------------------------------------------------------------------------------------------------
+def _custom_models(path: str, raw: object) -> dict[str, dict[str, object]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise _err(path, "models", raw, "a mapping of model name to its dimensions")
+    out = {}
+    catalog = model_catalog()
+    for name, dims in raw.items():
+        key = f"models.{name}"
+        if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name):
+            raise _err(path, "models", name, "a lowercase name of letters, digits, '.', '_' or '-'")
+        if name in catalog.index:
+            raise _err(path, key, name, "a name that is not already in the catalog (see `dse models`)")
+        if not isinstance(dims, Mapping):
+            raise _err(path, key, dims, "a mapping with keys " + ", ".join(MODEL_KEYS))
+        unknown = set(dims) - set(MODEL_KEYS)
+        if unknown:
+            raise SpecError(f"{path}: {key}: key {sorted(unknown)[0]!r} is not allowed; allowed keys: "
+                            f"{', '.join(MODEL_KEYS)}")
+        for req in REQUIRED_MODEL_KEYS:
+            if req not in dims:
+                raise SpecError(f"{path}: {key}: missing key {req!r}; required: {', '.join(REQUIRED_MODEL_KEYS)}")
+        model: dict[str, object] = {}
+        for k in MODEL_KEYS:
+            if k not in dims:
+                continue
+            if k == "mlp":
+                if dims[k] not in CATEGORICAL["mlp"]:
+                    raise _err(path, f"{key}.mlp", dims[k], ", ".join(CATEGORICAL["mlp"]))
+                model[k] = dims[k]
+            else:
+                lo = 0 if k == "tied_embeddings" else 1
+                (model[k],) = _int_values(path, f"{key}.{k}", dims[k], lo, 1 if k == "tied_embeddings" else None)
+        heads = int(model["heads"])  # type: ignore[call-overload]
+        if int(model["hidden"]) % heads:  # type: ignore[call-overload]
+            raise _err(path, f"{key}.hidden", model["hidden"], f"a multiple of heads ({heads})")
+        kv = int(model.get("kv_heads", heads))  # type: ignore[call-overload]
+        if heads % kv:
+            raise _err(path, f"{key}.kv_heads", kv, f"a divisor of heads ({heads})")
+        if int(model.get("top_k", 1)) > int(model.get("experts", 1)):  # type: ignore[call-overload]
+            raise _err(path, f"{key}.top_k", model.get("top_k"), "at most experts")
+        out[name] = model
+    return out
+
+
+def _model_table(custom: Mapping[str, Mapping[str, object]]) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
+    cat = model_catalog()
+    names = tuple(cat.index) + tuple(custom)
+    table: dict[str, list[float]] = {k: [] for k in MODEL_KEYS}
+    for name in cat.index:
+        row = cat.loc[name]
+        for k in MODEL_KEYS:
+            table[k].append(float(row["mlp_code"] if k == "mlp" else row[k]))
+    for dims in custom.values():
+        heads = float(dims["heads"])  # type: ignore[arg-type]
+        hidden = float(dims["hidden"])  # type: ignore[arg-type]
+        defaults = {"kv_heads": heads, "ffn_hidden": 4.0 * hidden, "experts": 1.0, "top_k": 1.0,
+                    "tied_embeddings": 0.0}
+        for k in MODEL_KEYS:
+            if k == "mlp":
+                table[k].append(float(CATEGORICAL["mlp"].index(str(dims.get("mlp", "gelu")))))
+            else:
+                table[k].append(float(dims.get(k, defaults.get(k, 0.0))))  # type: ignore[arg-type]
+    return names, {k: np.asarray(v, dtype=np.float64) for k, v in table.items()}
+
+
+def _subgrid(path: str, key: str, raw: object, model_names: tuple[str, ...]) -> tuple[SubGrid, dict[str, Any]]:
+    if not isinstance(raw, Mapping):
+        raise _err(path, key, raw, "a mapping of axis name to values; axes: " + ", ".join(GRID_KEYS))
+    unknown = [k for k in raw if k not in GRID_KEYS]
+    if unknown:
+        raise SpecError(f"{path}: {key}: key {unknown[0]!r} is not allowed; allowed keys: {', '.join(GRID_KEYS)}")
+    for req in REQUIRED_GRID_KEYS:
+        if req not in raw:
+            raise SpecError(f"{path}: {key}: missing key {req!r}; required: {', '.join(REQUIRED_GRID_KEYS)}, and "
+                            "one of gpus or dp")
+    if ("gpus" in raw) == ("dp" in raw):
+        raise SpecError(f"{path}: {key}: give exactly one of 'gpus' and 'dp' (the other is derived: "
+                        f"dp = gpus / (tp*pp*cp)); got {'both' if 'gpus' in raw else 'neither'}")
+    axes = []
+    resolved: dict[str, Any] = {}
+    for name in sorted(raw):
+        akey = f"{key}.{name}"
+        value = raw[name]
+        if name == "model":
+            codes = _name_values(path, akey, value, model_names)
+            axes.append(Axis(name, np.asarray(codes, dtype=np.float64), model_names))
+            resolved[name] = [model_names[c] for c in codes]
+        elif name == "system":
+            names = system_names()
+            codes = _name_values(path, akey, value, names)
+            axes.append(Axis(name, np.asarray(codes, dtype=np.float64), names))
+            resolved[name] = [names[c] for c in codes]
+        elif name in CAT_AXES:
+            vocab = CAT_AXES[name]
+            codes = _name_values(path, akey, value, vocab)
+            axes.append(Axis(name, np.asarray(codes, dtype=np.float64), vocab))
+            resolved[name] = [vocab[c] for c in codes]
+        else:
+            lo, hi = INT_AXES[name]
+            ints = _int_values(path, akey, value, lo, hi)
+            axes.append(Axis(name, np.asarray(ints, dtype=np.float64)))
+            resolved[name] = ints
+    return SubGrid(tuple(axes)), resolved
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read, check and resolve a spec file; raise :class:`SpecError` on any problem."""
+    p = Path(path)
+    label = str(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise SpecError(f"{label}: no such file") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{label}: cannot read the spec: {exc}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{label}: not valid YAML: {str(exc).strip()}") from exc
+    return resolve_spec(data, label, default_name=p.stem)
+
+
+def resolve_spec(data: object, label: str = "<spec>", default_name: str = "sweep") -> Spec:
+    """Check and resolve an already parsed spec (a mapping)."""
+    if data is None:
+        raise SpecError(f"{label}: empty spec; expected a mapping with keys {', '.join(TOP_KEYS)}")
+    if not isinstance(data, Mapping):
+        raise SpecError(f"{label}: the spec must be a mapping with keys {', '.join(TOP_KEYS)}; got "
+                        f"{type(data).__name__}")
+    unknown = [k for k in data if k not in TOP_KEYS]
+    if unknown:
+        raise SpecError(f"{label}: key {unknown[0]!r} is not allowed; allowed keys: {', '.join(TOP_KEYS)}")
+    name = data.get("name", default_name)
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise _err(label, "name", name, "a name of letters, digits, '.', '_' or '-' (it names results/<name>)")
+    task = data.get("task", "train")
+    if task != "train":
+        raise _err(label, "task", task, "train (inference sweeps arrive with the inference issue)")
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise _err(label, "description", description, "text")
+    custom = _custom_models(label, data.get("models"))
+    model_names, model_table = _model_table(custom)
+
+    if ("grid" in data) == ("grids" in data):
+        raise SpecError(f"{label}: give exactly one of 'grid' (one product) and 'grids' (a list of products); got "
+                        f"{'both' if 'grid' in data else 'neither'}")
+    raw_grids = [data["grid"]] if "grid" in data else data["grids"]
+    if not isinstance(raw_grids, list) or not raw_grids:
+        raise _err(label, "grids", raw_grids, "a non-empty list of mappings (one product of axes each)")
+    grids, resolved_grids = [], []
+    for i, raw in enumerate(raw_grids):
+        key = "grid" if "grid" in data else f"grids[{i}]"
+        grid, resolved = _subgrid(label, key, raw, model_names)
+        grids.append(grid)
+        resolved_grids.append(resolved)
+
+    constraints = data.get("constraints") or {}
+    if not isinstance(constraints, Mapping):
+        raise _err(label, "constraints", constraints, "a mapping with keys " + ", ".join(CONSTRAINT_KEYS))
+    unknown = [k for k in constraints if k not in CONSTRAINT_KEYS]
+    if unknown:
+        raise SpecError(f"{label}: constraints: key {unknown[0]!r} is not allowed; allowed keys: "
+                        f"{', '.join(CONSTRAINT_KEYS)}")
+    flags = {}
+    for k in ("divisible", "tp_within_scaleup"):
+        v = constraints.get(k, True)
+        if not isinstance(v, bool):
+            raise _err(label, f"constraints.{k}", v, "true or false")
+        flags[k] = v
+    raw_filters = constraints.get("filters", [])
+    if isinstance(raw_filters, str):
+        raw_filters = [raw_filters]
+    if not isinstance(raw_filters, list):
+        raise _err(label, "constraints.filters", raw_filters, "a list of expression strings")
+    categorical = {"model": model_names, "system": system_names(), **CAT_AXES}
+    filters = tuple(parse_filter(label, f"constraints.filters[{i}]", f, categorical)
+                    for i, f in enumerate(raw_filters))
+
+    resolved_spec = {
+        "name": name, "description": description, "task": task,
+        "models": {k: dict(v) for k, v in custom.items()},
+        "grids": resolved_grids,
+        "constraints": {**flags, "filters": [f.text for f in filters]},
+    }
+    return Spec(name=name, path=label, task=task, grids=tuple(grids), model_names=model_names,
+                model_table=model_table, divisible=flags["divisible"], tp_within_scaleup=flags["tp_within_scaleup"],
+                filters=filters, resolved=resolved_spec)

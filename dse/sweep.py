@@ -1,0 +1,126 @@
+"""Evaluate a range of grid points into a typed Arrow table (one Parquet part of a sweep).
+
+Columns: ``point`` (the global grid index), one per input of the model (categoricals dictionary-encoded,
+counts as integers), one per output (float32: the kernel computes in float32, so nothing is lost), ``fits``
+and ``infeasible_reason``.  Rows removed by the spec's constraints are not written; rows the model rejects
+are written with their reason unless ``feasible_only``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from dse import codes
+from dse.cost.training import TRAIN_INPUTS, TRAIN_METRICS, train_step
+from dse.defaults import CATEGORICAL, fill_defaults
+from dse.grid import Grid
+from dse.hardware import catalog as hwcat
+from dse.spec import CAT_AXES, MODEL_KEYS, Spec
+
+#: Input columns written per row (after ``point``), in this order.
+INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "micro_batch",
+                 "global_batch", "seq_len", "recompute", "zero", "precision", "attention", "tp_overlap",
+                 "dp_overlap", "pp_overlap")
+SMALL_INT_COLUMNS = ("sp", "zero", "dp_overlap", "pp_overlap")
+#: Reasons that mean "does not divide" (dropped by ``constraints.divisible``); exceeds_hbm is not one.
+DIVISIBILITY_REASONS = frozenset(i for i, r in enumerate(codes.REASONS) if r not in ("", "exceeds_hbm"))
+#: Rows evaluated per kernel call (bounded memory whatever the part size).
+KERNEL_BATCH = 65536
+
+
+def schema(spec: Spec) -> pa.Schema:
+    """Arrow schema of a sweep's parts (fixed by the spec, so every part has the same)."""
+    fields = [pa.field("point", pa.int64())]
+    for col in INPUT_COLUMNS:
+        if col in ("model", "system") or col in CAT_AXES:
+            fields.append(pa.field(col, pa.dictionary(pa.int16(), pa.string())))
+        elif col in SMALL_INT_COLUMNS:
+            fields.append(pa.field(col, pa.int8()))
+        else:
+            fields.append(pa.field(col, pa.int32()))
+    fields += [pa.field(m, pa.float32()) for m in TRAIN_METRICS]
+    fields += [pa.field("fits", pa.bool_()), pa.field("infeasible_reason", pa.dictionary(pa.int8(), pa.string()))]
+    return pa.schema(fields)
+
+
+def kernel_inputs(spec: Spec, cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Decoded grid columns → kernel inputs (model dimensions looked up, defaults filled) and system codes."""
+    n = len(cols["point"])
+    model = cols["model"].astype(np.int64)
+    x: dict[str, np.ndarray] = {k: spec.model_table[k][model] for k in MODEL_KEYS}
+    for key in TRAIN_INPUTS:
+        if key in x:
+            continue
+        x[key] = cols[key].copy() if key in cols else np.full(n, np.nan)
+    fill_defaults(x)
+    return x, cols["system"].astype(np.int64)
+
+
+def evaluate_points(spec: Spec, grid: Grid, start: int, stop: int, feasible_only: bool = False) -> pa.Table:
+    """Evaluate grid points [start, stop) into a table with :func:`schema`."""
+    tables = [_evaluate_batch(spec, grid, lo, min(lo + KERNEL_BATCH, stop), feasible_only)
+              for lo in range(start, stop, KERNEL_BATCH)]
+    if not tables:
+        return schema(spec).empty_table()
+    return pa.concat_tables(tables)
+
+
+def _evaluate_batch(spec: Spec, grid: Grid, start: int, stop: int, feasible_only: bool) -> pa.Table:
+    cols = grid.decode(start, stop)
+    x, systems = kernel_inputs(spec, cols)
+    hw = hwcat.hardware_columns(systems)
+    keep = np.ones(len(systems), dtype=bool)
+    if spec.tp_within_scaleup:
+        keep &= x["tp"] <= hw["scaleup_gpus"]
+    view = {**x, "model": cols["model"], "system": cols["system"]}
+    for f in spec.filters:
+        if not f.uses_outputs:
+            keep &= f.evaluate(view)
+    idx = np.flatnonzero(keep)
+    if idx.size < keep.size:
+        x = {k: v[idx] for k, v in x.items()}
+        hw = {k: v[idx] for k, v in hw.items()}
+        systems, points, model = systems[idx], cols["point"][idx], cols["model"][idx]
+    else:
+        points, model = cols["point"], cols["model"]
+    out = train_step(x, hw)
+    keep = np.ones(len(points), dtype=bool)
+    reason = out["reason"]
+    if spec.divisible:
+        keep &= ~np.isin(reason, list(DIVISIBILITY_REASONS))
+    if feasible_only:
+        keep &= reason == 0
+    if any(f.uses_outputs for f in spec.filters):
+        view = {**x, **out, "model": model, "system": systems.astype(np.float64)}
+        for f in spec.filters:
+            if f.uses_outputs:
+                keep &= f.evaluate(view)
+    idx = np.flatnonzero(keep)
+    return _table(spec, points[idx], model[idx], systems[idx], {k: v[idx] for k, v in x.items()},
+                  {k: v[idx] for k, v in out.items()})
+
+
+def _dictionary(codes_: np.ndarray, labels: tuple[str, ...], index_type: pa.DataType) -> pa.DictionaryArray:
+    return pa.DictionaryArray.from_arrays(pa.array(codes_.astype(index_type.to_pandas_dtype()), type=index_type),
+                                          pa.array(list(labels), type=pa.string()))
+
+
+def _table(spec: Spec, points: np.ndarray, model: np.ndarray, systems: np.ndarray, x: dict[str, np.ndarray],
+           out: dict[str, np.ndarray]) -> pa.Table:
+    sch = schema(spec)
+    arrays: list[pa.Array] = [pa.array(points, type=pa.int64())]
+    for col in INPUT_COLUMNS:
+        if col == "model":
+            arrays.append(_dictionary(model, spec.model_names, pa.int16()))
+        elif col == "system":
+            arrays.append(_dictionary(systems, hwcat.system_names(), pa.int16()))
+        elif col in CAT_AXES:
+            arrays.append(_dictionary(x[col], CATEGORICAL[col], pa.int16()))
+        else:
+            arrays.append(pa.array(x[col].astype(sch.field(col).type.to_pandas_dtype())))
+    for m in TRAIN_METRICS:
+        arrays.append(pa.array(out[m].astype(np.float32)))
+    arrays.append(pa.array(out["fits"]))
+    arrays.append(_dictionary(out["reason"], codes.REASONS, pa.int8()))
+    return pa.Table.from_arrays(arrays, schema=sch)
