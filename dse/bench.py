@@ -13,8 +13,10 @@ import os
 import resource
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+import yaml
 
 from dse import codes
 from dse.cost.training import TRAIN_INPUTS, train_step
@@ -88,13 +90,70 @@ def run(n: int, chunk: int, repeats: int, divisible: bool = False) -> dict[str, 
             "peak_rss_bytes": peak_rss_bytes()}
 
 
+def _tree_rss_bytes(root: int) -> int:
+    """Resident memory of a process and all its descendants (Linux /proc), in bytes."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total, frontier, seen = 0, [root], set()
+    while frontier:
+        pid = frontier.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            with open(f"/proc/{pid}/statm") as fh:
+                total += int(fh.read().split()[1]) * page
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as fh:
+                    frontier.extend(int(c) for c in fh.read().split())
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def sweep_bench(spec_data: dict, jobs: int, label: str) -> dict[str, float]:
+    """Run a sweep spec end to end (grid → kernel → Parquet) and sample the process tree's peak RSS."""
+    import shutil
+    import tempfile
+    import threading
+
+    from dse.runner import prepare
+    from dse.runner import run as run_sweep
+    from dse.spec import resolve_spec
+
+    spec = resolve_spec(spec_data, label)
+    out = Path(tempfile.mkdtemp(prefix="dse-bench-")) / spec.name
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _tree_rss_bytes(os.getpid()))
+            done.wait(0.25)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        plan = prepare(spec, out)
+        stats = run_sweep(plan, jobs=jobs, progress=False)
+    finally:
+        done.set()
+        sampler.join()
+        size = sum(p.stat().st_size for p in out.glob("*.parquet")) if out.exists() else 0
+        shutil.rmtree(out.parent, ignore_errors=True)
+    return {**stats, "peak_rss_bytes": peak[0], "bytes_written": size, "grid_points": spec.size}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dse.bench", description=__doc__.split("\n")[0])
     parser.add_argument("-n", type=int, default=1_000_000, help="configurations (default 10^6)")
     parser.add_argument("--chunk", type=int, default=65536, help="configurations per kernel call")
     parser.add_argument("--repeats", type=int, default=3, help="time the best of R runs")
+    parser.add_argument("--sweep-jobs", type=int, default=2, help="workers for the end-to-end sweep benchmarks")
+    parser.add_argument("--no-sweep", action="store_true", help="only the kernel benchmark")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if not args.no_sweep:
+        run_sweep_benchmarks(args.sweep_jobs)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, as the target says
     for divisible, label in ((False, "random configurations"), (True, "configurations that all divide")):
@@ -103,6 +162,46 @@ def main(argv: list[str] | None = None) -> int:
               f"= {res['configs_per_s']:,.0f} configurations/s ({res['feasible']:,} divide); "
               f"peak RSS {res['peak_rss_bytes'] / 2**20:,.0f} MiB")
     return 0
+
+
+def run_sweep_benchmarks(jobs: int) -> None:
+    """End-to-end sweeps (run first, while this process is still small, so the RSS figures are the engine's)."""
+    base = yaml.safe_load(BENCH_SPEC.read_text(encoding="utf-8"))
+    res = sweep_bench(base, jobs, str(BENCH_SPEC))
+    print(f"sweep, spec to Parquet, {jobs} workers: {res['grid_points']:,} points ({BENCH_SPEC.name}), "
+          f"{res['rows']:,} rows written in {res['seconds']:.2f} s = {res['points'] / res['seconds']:,.0f} "
+          f"points/s; {res['bytes_written'] / 2**20:,.0f} MiB on disk; peak RSS of all processes "
+          f"{res['peak_rss_bytes'] / 2**20:,.0f} MiB", flush=True)
+    for target in (10**6, 10**7, 10**8):
+        spec = scaled_spec(base, target)
+        res = sweep_bench(spec, jobs, f"{BENCH_SPEC.name} scaled to ~{target:.0e}")
+        print(f"memory vs grid size: {res['grid_points']:,} points, {res['rows']:,} rows kept (divisible, fits), "
+              f"{res['seconds']:.1f} s, peak RSS of all processes {res['peak_rss_bytes'] / 2**20:,.0f} MiB",
+              flush=True)
+
+
+BENCH_SPEC = Path(__file__).resolve().parents[1] / "spaces" / "gpt3-175b-a100-1024-10m.yaml"
+
+
+def scaled_spec(base: dict, target: int) -> dict:
+    """The benchmark spec with its global-batch axis resized so the grid has about ``target`` points, and only
+    rows that divide and fit kept (so a 10^8-point grid does not write 10^8 rows: RSS is what is measured)."""
+    spec = dict(base)
+    grid = dict(spec["grid"])
+    others = 1
+    for key, value in grid.items():
+        if key == "global_batch":
+            continue
+        if isinstance(value, list):
+            others *= len(value)
+        elif isinstance(value, dict):
+            others *= sum(1 for i in range(63) if value["start"] <= 2**i <= value["stop"])
+    n_batches = max(1, round(target / others))
+    grid["global_batch"] = [512 * (i + 1) for i in range(n_batches)]
+    spec.update({"grid": grid, "name": f"bench-{target:.0e}".replace("+", ""),
+                 "constraints": {"divisible": True, "tp_within_scaleup": False,
+                                 "filters": ["mem_total_bytes <= 85e9"]}})
+    return spec
 
 
 if __name__ == "__main__":

@@ -161,7 +161,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     out = args.output or f"results/{spec.name}"
     print(f"{args.spec}: {spec.size:,} points in {len(spec.grids)} sub-grid(s) -> {out}", flush=True)
-    plan = prepare(spec, out, part_size=args.chunk_size, max_points=args.max_points or DEFAULT_MAX_POINTS,
+    max_points = DEFAULT_MAX_POINTS if args.max_points is None else args.max_points
+    plan = prepare(spec, out, part_size=args.chunk_size, max_points=max_points,
                    resume=args.resume, feasible_only=args.feasible_only)
     stats = run(plan, jobs=args.jobs, backend=args.backend, scheduler=args.scheduler,
                 feasible_only=args.feasible_only, progress=None if not args.quiet else False)

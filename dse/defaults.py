@@ -31,6 +31,7 @@ DEFAULTS_DOC: dict[str, str] = {
     "mlp": "gelu",
     "experts": "1",
     "top_k": "1",
+    "tp, pp (sweep specs)": "1",
     "cp": "1",
     "ep": "1",
     "vpp": "1 (plain 1F1B)",
@@ -60,6 +61,8 @@ def fill_defaults(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         arr = x[key]
         x[key] = np.where(np.isnan(arr), default, arr)
 
+    fill("tp", 1.0)
+    fill("pp", 1.0)
     fill("kv_heads", x["heads"])
     fill("ffn_hidden", 4.0 * x["hidden"])
     for key in ("experts", "top_k", "cp", "ep", "vpp", "micro_batch"):

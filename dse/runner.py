@@ -25,7 +25,7 @@ import yaml
 from dse import __version__
 from dse.grid import Grid
 from dse.spec import Spec, SpecError
-from dse.sweep import evaluate_points
+from dse.sweep import evaluate_points, parquet_options
 
 PART_FORMAT = "part-{:05d}.parquet"
 #: The resolved spec beside the parts; the leading underscore makes pd.read_parquet(dir) skip it.
@@ -68,7 +68,7 @@ def write_part(plan: RunPlan, i: int, created: str, feasible_only: bool) -> tupl
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata(plan.spec, created)})
     final = plan.part_path(i)
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-    pq.write_table(table, tmp, compression="zstd", compression_level=1)
+    pq.write_table(table, tmp, **parquet_options(plan.spec))
     os.replace(tmp, final)
     return i, stop - start, table.num_rows
 

@@ -141,9 +141,9 @@ def _int_values(path: str, key: str, raw: object, lo: int, hi: int | None) -> li
             step = raw.get("step", 1)
             if not isinstance(step, int) or isinstance(step, bool) or step <= 0:
                 raise _err(path, f"{key}.step", step, "a positive integer")
-            values = list(range(start, stop + 1, step))
-            if len(values) > 1_000_000:
+            if (stop - start) // step + 1 > 1_000_000:
                 raise _err(path, key, dict(raw), "at most 1,000,000 values on one axis")
+            values = list(range(start, stop + 1, step))
     elif isinstance(raw, list):
         if not raw:
             raise _err(path, key, raw, "a non-empty list of " + allowed)
@@ -186,6 +186,40 @@ _ALLOWED_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.
 FILTER_HELP = ("arithmetic (+ - * / // % **), comparisons (< <= > >= == !=), and / or / not, parentheses, "
                "numbers, quoted names for categorical columns, and the columns: "
                + ", ".join(FILTER_INPUT_COLUMNS + FILTER_OUTPUT_COLUMNS))
+
+
+class _Elementwise(ast.NodeTransformer):
+    """Rewrite Python's scalar logic into numpy's element-wise operators: ``a and b`` → ``a & b``,
+    ``a or b`` → ``a | b``, ``not a`` → ``~a``, ``a < b < c`` → ``(a < b) & (b < c)``; numbers become floats
+    (no arbitrary-precision integers inside a vectorized filter)."""
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> ast.AST:
+        values = [self.visit(v) for v in node.values]
+        op: ast.operator = ast.BitAnd() if isinstance(node.op, ast.And) else ast.BitOr()
+        out = values[0]
+        for v in values[1:]:
+            out = ast.BinOp(left=out, op=op, right=v)
+        return out
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        operand = self.visit(node.operand)
+        if isinstance(node.op, ast.Not):
+            return ast.UnaryOp(op=ast.Invert(), operand=operand)
+        return ast.UnaryOp(op=node.op, operand=operand)
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        operands = [self.visit(node.left), *[self.visit(c) for c in node.comparators]]
+        parts = [ast.Compare(left=operands[i], ops=[op], comparators=[operands[i + 1]])
+                 for i, op in enumerate(node.ops)]
+        out: ast.expr = parts[0]
+        for part in parts[1:]:
+            out = ast.BinOp(left=out, op=ast.BitAnd(), right=part)
+        return out
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        if isinstance(node.value, int) and not isinstance(node.value, bool):
+            return ast.Constant(value=float(node.value))
+        return node
 
 
 def parse_filter(path: str, key: str, text: object, categorical: Mapping[str, tuple[str, ...]]) -> Filter:
@@ -238,12 +272,21 @@ def parse_filter(path: str, key: str, text: object, categorical: Mapping[str, tu
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             raise SpecError(f"{path}: {key}: expression {text!r}: the text {node.value!r} is only allowed in a "
                             "comparison with a categorical column")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+            exponent = node.right
+            if not (isinstance(exponent, ast.Constant) and isinstance(exponent.value, (int, float))
+                    and abs(exponent.value) <= 64):
+                raise SpecError(f"{path}: {key}: expression {text!r}: an exponent must be a number between -64 "
+                                f"and 64; allowed: {FILTER_HELP}")
+    tree = ast.fix_missing_locations(_Elementwise().visit(tree))
     code = compile(tree, filename=f"<filter {text}>", mode="eval")
 
     def evaluate(columns: Mapping[str, np.ndarray]) -> np.ndarray:
         env = {n: columns[n] for n in names}
         with np.errstate(all="ignore"):
-            return np.asarray(eval(code, {"__builtins__": {}}, env), dtype=bool)  # noqa: S307 - checked AST
+            result = eval(code, {"__builtins__": {}}, env)  # noqa: S307 - checked and rewritten AST
+        return np.broadcast_to(np.asarray(result, dtype=bool), np.shape(next(iter(env.values()))))
 
     return Filter(text, frozenset(names), bool(names & set(FILTER_OUTPUT_COLUMNS)), evaluate)
 
@@ -368,7 +411,8 @@ def load_spec(path: str | Path) -> Spec:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise SpecError(f"{label}: not valid YAML: {str(exc).strip()}") from exc
+        raise SpecError(f"{label}: not valid YAML: {' '.join(str(exc).split())}; allowed: a YAML mapping with keys "
+                        f"{', '.join(TOP_KEYS)}") from exc
     return resolve_spec(data, label, default_name=p.stem)
 
 
@@ -407,7 +451,9 @@ def resolve_spec(data: object, label: str = "<spec>", default_name: str = "sweep
         grids.append(grid)
         resolved_grids.append(resolved)
 
-    constraints = data.get("constraints") or {}
+    constraints = data.get("constraints")
+    if constraints is None:
+        constraints = {}
     if not isinstance(constraints, Mapping):
         raise _err(label, "constraints", constraints, "a mapping with keys " + ", ".join(CONSTRAINT_KEYS))
     unknown = [k for k in constraints if k not in CONSTRAINT_KEYS]

@@ -96,9 +96,22 @@ def _evaluate_batch(spec: Spec, grid: Grid, start: int, stop: int, feasible_only
         for f in spec.filters:
             if f.uses_outputs:
                 keep &= f.evaluate(view)
+    if keep.all():
+        return _table(spec, points, model, systems, x, out)
     idx = np.flatnonzero(keep)
     return _table(spec, points[idx], model[idx], systems[idx], {k: v[idx] for k, v in x.items()},
                   {k: v[idx] for k, v in out.items()})
+
+
+def parquet_options(spec: Spec) -> dict[str, object]:
+    """Writer options: dictionary encoding only where values repeat (categoricals), statistics on the inputs
+    (for predicate push-down when reading), zstd.  Dictionary-encoding the float metrics costs more than the
+    whole evaluation and buys nothing."""
+    sch = schema(spec)
+    dictionary = [f.name for f in sch if pa.types.is_dictionary(f.type)]
+    statistics = [f.name for f in sch if f.name not in TRAIN_METRICS]
+    return {"compression": "zstd", "compression_level": 1, "use_dictionary": dictionary,
+            "write_statistics": statistics}
 
 
 def _dictionary(codes_: np.ndarray, labels: tuple[str, ...], index_type: pa.DataType) -> pa.DictionaryArray:
