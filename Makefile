@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-stamp
 REF     ?= $(firstword $(wildcard ../shared/reference) tests/reference)
 
-.PHONY: run test bench lint venv clean
+.PHONY: run sweep validate test bench lint venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -14,10 +14,23 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Main job until the sweep engine lands: explain one configuration, then validate every reference file.
+SPACE   ?= spaces/default.yaml
+JOBS    ?= -1
+NAME     = $(basename $(notdir $(SPACE)))
+
+# Main job: sweep the embedded default space into results/default (Parquet), then summarize it.
 run: $(STAMP)
-	$(BIN)/dse explain --model gpt3-175b --system a100-sxm-80gb --gpus 1024 --tp 8 --pp 8 --vpp 2 \
-	    --micro-batch 1 --global-batch 1536 --seq-len 2048 --recompute selective --sp 1
+	rm -rf results/default
+	$(BIN)/dse run spaces/default.yaml -o results/default --jobs $(JOBS)
+	$(BIN)/dse info results/default --metric tokens_per_s_per_gpu --top 25
+
+# Any space: make sweep SPACE=spaces/llama3-70b-h100.yaml JOBS=2 (resumes an interrupted run of the same spec).
+sweep: $(STAMP)
+	$(BIN)/dse run $(SPACE) -o results/$(NAME) --jobs $(JOBS) $(if $(wildcard results/$(NAME)/_spec.yaml),--resume,)
+	$(BIN)/dse info results/$(NAME)
+
+# The model against every measured case in shared/reference.
+validate: $(STAMP)
 	$(BIN)/dse validate $(REF)/*.csv --assume dse/validation/reference_assumptions.yaml
 
 test: $(STAMP)

@@ -175,7 +175,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_info(args: argparse.Namespace) -> int:
     from dse.info import format_info
 
-    print(format_info(args.results, metric=args.metric, top=args.top))
+    by = None if args.by is None else tuple(c for c in args.by.split(",") if c)
+    print(format_info(args.results, metric=args.metric, top=args.top, by=by))
     return 0
 
 
@@ -239,6 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     inf.add_argument("--metric", default="step_time_s", help="rank the best rows by this column (default "
                      "step_time_s; *_per_s, mfu and hfu rank high-first)")
     inf.add_argument("--top", type=int, default=10, help="how many best rows")
+    inf.add_argument("--by", help="comma-separated columns: show the best row of each group (default: model,system "
+                     "when the sweep has several; '' for the overall best rows)")
     inf.set_defaults(func=cmd_info)
 
     mo = sub.add_parser("models", help="list the model catalog")

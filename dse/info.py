@@ -19,7 +19,9 @@ def load(path: str | Path, columns: list[str] | None = None) -> pd.DataFrame:
     return pd.read_parquet(path, columns=columns)
 
 
-def format_info(path: str | Path, metric: str = "step_time_s", top: int = 10) -> str:
+def format_info(path: str | Path, metric: str = "step_time_s", top: int = 10, by: tuple[str, ...] | None = None) -> str:
+    """Text summary: provenance, row counts, reasons, and the best rows by ``metric`` — overall, or the best
+    row of each group of ``by`` columns (default: model and system when the sweep has several)."""
     root = Path(path)
     from dse.runner import SPEC_FILE
 
@@ -46,8 +48,19 @@ def format_info(path: str | Path, metric: str = "step_time_s", top: int = 10) ->
     if feasible.empty:
         return "\n".join(lines)
     ascending = metric not in HIGH_IS_BETTER
-    best = feasible.sort_values(metric, ascending=ascending).head(top)
-    lines.append(f"best {len(best)} by {metric} ({'lowest' if ascending else 'highest'} first):")
+    ranked = feasible.sort_values(metric, ascending=ascending)
+    if by is None:
+        by = tuple(c for c in ("model", "system") if frame[c].nunique() > 1)
+    unknown = [c for c in by if c not in frame.columns]
+    if unknown:
+        raise SpecError(f"--by: column {unknown[0]!r} is not allowed; allowed: {', '.join(cols)}")
+    if by:
+        best = ranked.drop_duplicates(subset=list(by), keep="first").head(top)
+        lines.append(f"best row per {' x '.join(by)} by {metric} ({'lowest' if ascending else 'highest'} first), "
+                     f"{len(best)} shown:")
+    else:
+        best = ranked.head(top)
+        lines.append(f"best {len(best)} by {metric} ({'lowest' if ascending else 'highest'} first):")
     show = best.drop(columns=["fits", "infeasible_reason"]).copy()
     show["mem_total_bytes"] = (show["mem_total_bytes"].astype("float64") / 1e9).round(1)
     show = show.rename(columns={"mem_total_bytes": "mem_GB"})
