@@ -19,7 +19,7 @@ import numpy as np
 import yaml
 
 from dse import codes
-from dse.cost.training import TRAIN_INPUTS, train_step
+from dse.cost.training import DTYPE, TRAIN_INPUTS, train_step
 from dse.hardware import catalog as hwcat
 from dse.models.catalog import models
 
@@ -52,7 +52,9 @@ def random_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], np.nda
     x["pp_overlap"] = np.ones(n)
     assert set(x) == set(TRAIN_INPUTS)
     systems = rng.integers(0, len(hwcat.system_names()), n)
-    return x, systems
+    # the kernel's working precision: the sweep engine decodes grids straight into it (values are small
+    # integers and codes, exact in float32)
+    return {k: v.astype(DTYPE) for k, v in x.items()}, systems
 
 
 def peak_rss_bytes() -> int:
@@ -82,7 +84,7 @@ def run(n: int, chunk: int, repeats: int, divisible: bool = False) -> dict[str, 
         feasible = 0
         for lo in range(0, n, chunk):
             hi = min(lo + chunk, n)
-            hw = hwcat.hardware_columns(systems[lo:hi])
+            hw = hwcat.hardware_columns(systems[lo:hi], dtype=DTYPE)
             out = train_step({k: v[lo:hi] for k, v in x.items()}, hw)
             feasible += int(np.count_nonzero(np.isfinite(out["step_time_s"])))
         best = min(best, time.perf_counter() - t0)

@@ -59,7 +59,7 @@ def fill_defaults(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
     def fill(key: str, default: np.ndarray | float) -> None:
         arr = x[key]
-        x[key] = np.where(np.isnan(arr), default, arr)
+        x[key] = np.where(np.isnan(arr), default, arr).astype(arr.dtype, copy=False)
 
     fill("tp", 1.0)
     fill("pp", 1.0)

@@ -31,11 +31,12 @@ class Grid:
         start, stop, _ = item.indices(len(self))
         return self.decode(start, max(start, stop))
 
-    def decode(self, start: int, stop: int) -> dict[str, np.ndarray]:
-        """Columns of points [start, stop): one float64 array per axis (codes for categorical axes) and
-        ``point``, the global index."""
+    def decode(self, start: int, stop: int, dtype: type = np.float64) -> dict[str, np.ndarray]:
+        """Columns of points [start, stop): one array per axis (codes for categorical axes; ``dtype`` float64,
+        or float32 for the kernel — axis values are small integers, exact in both) and ``point``, the global
+        index."""
         n = stop - start
-        out = {c: np.full(n, np.nan) for c in self.columns}
+        out: dict[str, np.ndarray] = {c: np.full(n, np.nan, dtype=dtype) for c in self.columns}
         out["point"] = np.arange(start, stop, dtype=np.int64)
         for g, grid in enumerate(self.spec.grids):
             lo = max(start, int(self.offsets[g]))

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from dse import codes
-from dse.cost.training import TRAIN_INPUTS, TRAIN_METRICS, train_step
+from dse.cost.training import DTYPE, TRAIN_INPUTS, TRAIN_METRICS, train_step
 from dse.defaults import CATEGORICAL, fill_defaults
 from dse.grid import Grid
 from dse.hardware import catalog as hwcat
@@ -48,11 +48,11 @@ def kernel_inputs(spec: Spec, cols: dict[str, np.ndarray]) -> tuple[dict[str, np
     """Decoded grid columns → kernel inputs (model dimensions looked up, defaults filled) and system codes."""
     n = len(cols["point"])
     model = cols["model"].astype(np.int64)
-    x: dict[str, np.ndarray] = {k: spec.model_table[k][model] for k in MODEL_KEYS}
+    x: dict[str, np.ndarray] = {k: spec.model_table[k].astype(DTYPE)[model] for k in MODEL_KEYS}
     for key in TRAIN_INPUTS:
         if key in x:
             continue
-        x[key] = cols[key].copy() if key in cols else np.full(n, np.nan)
+        x[key] = cols[key].copy() if key in cols else np.full(n, np.nan, dtype=DTYPE)
     fill_defaults(x)
     return x, cols["system"].astype(np.int64)
 
@@ -67,9 +67,9 @@ def evaluate_points(spec: Spec, grid: Grid, start: int, stop: int, feasible_only
 
 
 def _evaluate_batch(spec: Spec, grid: Grid, start: int, stop: int, feasible_only: bool) -> pa.Table:
-    cols = grid.decode(start, stop)
+    cols = grid.decode(start, stop, dtype=DTYPE)
     x, systems = kernel_inputs(spec, cols)
-    hw = hwcat.hardware_columns(systems)
+    hw = hwcat.hardware_columns(systems, dtype=DTYPE)
     keep = np.ones(len(systems), dtype=bool)
     if spec.tp_within_scaleup:
         keep &= x["tp"] <= hw["scaleup_gpus"]

@@ -163,14 +163,22 @@ def _achieved_table(overrides: tuple[tuple[str, str, float], ...] = ()) -> dict[
 
 
 def hardware_columns(
-    codes: np.ndarray, overrides: dict[tuple[str, str], float] | None = None
+    codes: np.ndarray, overrides: dict[tuple[str, str], float] | None = None, dtype: type = np.float64
 ) -> dict[str, np.ndarray]:
     """Gather the hardware columns for an array of system codes.
 
     ``overrides`` maps ``(generation, constant)`` to a value and replaces an efficiency constant (used by
-    calibration); the catalog files are never modified.
+    calibration); the catalog files are never modified.  ``dtype=np.float32`` hands the kernel its working
+    precision directly (sweeps, benchmarks).
     """
     key = tuple(sorted((g, c, float(v)) for (g, c), v in (overrides or {}).items()))
     table = _achieved_table(key)
     idx = np.asarray(codes, dtype=np.int64)
+    if dtype is not np.float64:  # the kernel computes in float32: gather from a float32 copy, no per-row cast
+        table = _achieved_table_as(key, np.dtype(dtype).str)
     return {name: col[idx] for name, col in table.items()}
+
+
+@lru_cache(maxsize=64)
+def _achieved_table_as(key: tuple[tuple[str, str, float], ...], dtype: str) -> dict[str, np.ndarray]:
+    return {k: v.astype(dtype) for k, v in _achieved_table(key).items()}
