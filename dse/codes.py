@@ -14,9 +14,15 @@ import numpy as np
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
 RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = 0, 1, 2
 
-#: Compute precision of the matmuls.  fp16 and bf16 run at the same tensor-core rate on every catalogued GPU.
-PRECISION: tuple[str, ...] = ("fp16", "bf16", "fp8", "fp4")
-PRECISION_FP16, PRECISION_BF16, PRECISION_FP8, PRECISION_FP4 = 0, 1, 2, 3
+#: Precision of the matmuls.  fp16 and bf16 run at the same tensor-core rate on every catalogued GPU; fp8 and
+#: fp4 need tensor cores of that format; int8 and int4 are weight-only formats for inference (weights stored
+#: in 1 or 0.5 byte, dequantized, multiplied in 16 bits).
+PRECISION: tuple[str, ...] = ("fp16", "bf16", "fp8", "fp4", "int8", "int4")
+PRECISION_FP16, PRECISION_BF16, PRECISION_FP8, PRECISION_FP4, PRECISION_INT8, PRECISION_INT4 = 0, 1, 2, 3, 4, 5
+
+#: Precision of the KV cache (inference).  auto: 1 byte when the matmuls run in fp8 or fp4, else 2.
+KV_PRECISION: tuple[str, ...] = ("auto", "fp16", "bf16", "fp8", "int8", "int4")
+KV_AUTO = 0
 
 #: Feed-forward kind: gelu = 2 matrices, swiglu = 3 matrices (gated), relu2 = 2 matrices (squared ReLU).
 MLP: tuple[str, ...] = ("gelu", "swiglu", "relu2")
@@ -42,6 +48,7 @@ REASONS: tuple[str, ...] = (
     "nonpositive_size",
     "unknown_system",
     "precision_unsupported_by_system",
+    "int8/int4 are weight-only inference formats",
     "tp*pp*cp*dp != gpus",
     "hidden % heads != 0",
     "heads % kv_heads != 0",
@@ -57,6 +64,8 @@ REASONS: tuple[str, ...] = (
     "experts % ep != 0",
     "(dp*cp) % ep != 0",
     "zero >= 2 with pp > 1 unsupported",
+    "kv_heads and tp: neither divides the other",
+    "layers % pp != 0",
     "crosses nodes without scale-out network",
     "exceeds_hbm",
 )

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from dse import codes
+from dse.cost.inference import INFER_METRICS, infer_step
 from dse.cost.training import TRAIN_METRICS, train_step
 from dse.defaults import CATEGORICAL, CATEGORICAL_DEFAULTS, DEFAULTS_DOC, fill_defaults  # noqa: F401 (re-export)
 from dse.hardware import catalog as hwcat
@@ -192,15 +193,7 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
                                         x["tied_embeddings"])
     fill_defaults(x)
 
-    system = frame["system"]
-    blank = _blank(system)
-    names = system.astype(object).where(~blank, "").astype(str).str.strip().str.lower()
-    known = names.isin(hwcat.system_names()).to_numpy()
-    if not known.all():
-        pos = int(np.flatnonzero(~known)[0])
-        raise InputError(f"{_where(source, frame, pos)}, column 'system': value {system.iloc[pos]!r} is not a "
-                         f"catalogued system; allowed: {', '.join(hwcat.system_names())}")
-    return x, hwcat.system_codes(names.to_numpy())
+    return x, _system_codes(frame, source)
 
 
 def resolved_inputs(x: Mapping[str, np.ndarray], index: pd.Index) -> pd.DataFrame:
@@ -235,14 +228,100 @@ def evaluate_train(frame: pd.DataFrame, source: str = "<frame>",
     return out
 
 
+def _system_codes(frame: pd.DataFrame, source: str) -> np.ndarray:
+    system = frame["system"]
+    blank = _blank(system)
+    names = system.astype(object).where(~blank, "").astype(str).str.strip().str.lower()
+    known = names.isin(hwcat.system_names()).to_numpy()
+    if not known.all():
+        pos = int(np.flatnonzero(~known)[0])
+        raise InputError(f"{_where(source, frame, pos)}, column 'system': value {system.iloc[pos]!r} is not a "
+                         f"catalogued system; allowed: {', '.join(hwcat.system_names())}")
+    return hwcat.system_codes(names.to_numpy())
+
+
+def infer_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Checked, default-filled inputs of the inference kernel for a table of ``task == 'infer'`` rows.
+
+    Required: the model dimensions (or a catalogued ``model``), ``system``, ``tp``, ``batch``, ``input_len``,
+    ``output_len``.  Defaults: ``pp`` 1, ``dp`` 1 (replicas), ``gpus`` tp·pp·dp, ``precision`` bf16,
+    ``kv_precision`` auto, and the model defaults of :func:`fill_defaults`.
+    """
+    frame = _fill_dimensions_from_catalog(frame)
+    for col in ("layers", "hidden", "heads", "vocab", "system", "tp", "batch", "input_len", "output_len"):
+        if col not in frame.columns:
+            raise InputError(f"{source}: missing column {col!r} (required for task 'infer'; see "
+                             "shared/reference/README.md)")
+    n = len(frame)
+    empty = pd.Series([np.nan] * n, index=frame.index, dtype=object)
+    x: dict[str, np.ndarray] = {}
+    for name in ("layers", "hidden", "heads", "vocab", "tp", "batch", "input_len", "output_len"):
+        v = _integers(frame, name, source)
+        if v.isna().any():
+            pos = int(np.flatnonzero(v.isna().to_numpy())[0])
+            raise InputError(f"{_where(source, frame, pos)}, column {name!r}: empty, but a value is required for "
+                             "task 'infer'")
+        x[name] = v.to_numpy()
+    optional = ("kv_heads", "ffn_hidden", "experts", "top_k", "pp", "dp", "gpus", "tied_embeddings", "mlp",
+                "precision", "kv_precision")
+    work = frame.assign(**{k: frame[k] if k in frame.columns else empty for k in optional})
+    for k in ("kv_heads", "ffn_hidden", "experts", "top_k", "pp", "dp", "gpus", "tied_embeddings"):
+        x[k] = _integers(work, k, source).to_numpy()
+    for key in ("mlp", "precision"):
+        x[key] = _categorical(work, key, source)
+    raw = work["kv_precision"]
+    blank = _blank(raw)
+    kv_names = raw.astype(object).where(~blank, "auto").astype(str).str.strip().str.lower()
+    ok = kv_names.isin(codes.KV_PRECISION).to_numpy()
+    if not ok.all():
+        pos = int(np.flatnonzero(~ok)[0])
+        raise InputError(f"{_where(source, frame, pos)}, column 'kv_precision': value {raw.iloc[pos]!r} is not "
+                         f"allowed; allowed: {', '.join(codes.KV_PRECISION)} (or empty for 'auto')")
+    x["kv_precision"] = codes.encode(kv_names.to_numpy(), codes.KV_PRECISION, key="kv_precision").astype(np.float64)
+    fill: dict[str, np.ndarray | float] = {"kv_heads": x["heads"], "ffn_hidden": 4.0 * x["hidden"], "experts": 1.0,
+                                           "top_k": 1.0, "pp": 1.0, "dp": 1.0}
+    for key, default in fill.items():
+        x[key] = np.where(np.isnan(x[key]), default, x[key])
+    x["gpus"] = np.where(np.isnan(x["gpus"]), x["tp"] * x["pp"] * x["dp"], x["gpus"])
+    tied = tied_embeddings_default(frame, x)
+    x["tied_embeddings"] = np.where(np.isnan(x["tied_embeddings"]), tied, x["tied_embeddings"])
+    for key, name in (("mlp", "gelu"), ("precision", "bf16")):
+        x[key] = np.where(np.isnan(x[key]), float(CATEGORICAL[key].index(name)), x[key])
+    return x, _system_codes(frame, source)
+
+
+def evaluate_infer(frame: pd.DataFrame, source: str = "<frame>",
+                   overrides: dict[tuple[str, str], float] | None = None,
+                   with_inputs: bool = False) -> pd.DataFrame:
+    """Inference outputs for every row of ``frame`` (same index), as typed columns."""
+    x, sys_codes = infer_inputs(frame, source)
+    hw = hwcat.hardware_columns(sys_codes, overrides)
+    res = infer_step(x, hw)
+    out = pd.DataFrame({k: res[k] for k in INFER_METRICS}, index=frame.index)
+    out["fits"] = res["fits"].astype(bool)
+    out["infeasible_reason"] = pd.Categorical.from_codes(res["reason"].astype(np.int64),
+                                                         categories=pd.Index(codes.REASONS))
+    if with_inputs:
+        inputs = pd.DataFrame({k: np.asarray(v) for k, v in x.items()}, index=frame.index)
+        inputs["mlp"] = codes.decode(inputs["mlp"].to_numpy(), codes.MLP)
+        inputs["precision"] = codes.decode(inputs["precision"].to_numpy(), codes.PRECISION)
+        inputs["kv_precision"] = codes.decode(inputs["kv_precision"].to_numpy(), codes.KV_PRECISION)
+        ints = [c for c in inputs.columns if c not in ("mlp", "precision", "kv_precision")]
+        inputs[ints] = inputs[ints].astype(np.int64)
+        inputs.insert(0, "system", np.asarray(hwcat.system_names(), dtype=object)[sys_codes])
+        inputs["hbm_bytes"] = hw["hbm_bytes"]
+        out = pd.concat([inputs, out], axis=1)
+    return out
+
+
 def evaluate(frame: pd.DataFrame, overrides: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
     """Return ``frame`` with every output column of the cost model added (Python API for notebooks).
 
     ``frame`` has the configuration columns of ``shared/reference/README.md`` (``case``, ``metric``,
     ``measured`` and ``source`` are not needed); a row may give only ``model`` (a catalogued name) instead of
-    the dimension columns.  Input columns the frame leaves out are added with the values used (catalog
-    dimensions, documented defaults); columns it has are never changed.  Rows with ``task == 'infer'`` are not
-    modelled yet and get NaN outputs.
+    the dimension columns.  ``task`` (train when absent) selects the training or the inference model; each row
+    gets the outputs of its task (the other task's columns are NaN).  Input columns the frame leaves out are
+    added with the values used (catalog dimensions, documented defaults); columns it has are never changed.
     """
     frame = frame.copy()
     task = frame["task"].astype(str).str.strip().str.lower() if "task" in frame.columns else \
@@ -252,15 +331,23 @@ def evaluate(frame: pd.DataFrame, overrides: dict[tuple[str, str], float] | None
         pos = int(np.flatnonzero(bad.to_numpy())[0])
         raise InputError(f"{_where('<frame>', frame, pos)}, column 'task': value {frame['task'].iloc[pos]!r} is "
                          "not allowed; allowed: train, infer")
-    is_train = (task != "infer").to_numpy()
-    outputs = evaluate_train(frame.loc[is_train], overrides=overrides, with_inputs=True) if is_train.any() \
-        else None
+    is_infer = (task == "infer").to_numpy()
+    parts = []
+    if (~is_infer).any():
+        parts.append((evaluate_train(frame.loc[~is_infer], overrides=overrides, with_inputs=True),
+                      (*TRAIN_METRICS, "fits", "infeasible_reason")))
+    if is_infer.any():
+        parts.append((evaluate_infer(frame.loc[is_infer], overrides=overrides, with_inputs=True),
+                      (*INFER_METRICS, "fits", "infeasible_reason")))
     result = frame
-    if outputs is not None:
+    output_columns = [c for _, cols in parts for c in cols]
+    for outputs, _ in parts:
         # inputs the frame left out (dimensions of a named model, defaults) are added, never overwritten
         for column in outputs.columns:
-            if column not in result.columns and column not in (*TRAIN_METRICS, "fits", "infeasible_reason"):
+            if column not in result.columns and column not in output_columns:
                 result[column] = outputs[column].reindex(frame.index)
-    for column in (*TRAIN_METRICS, "fits", "infeasible_reason"):
-        result[column] = outputs[column].reindex(frame.index) if outputs is not None else np.nan
+    for column in dict.fromkeys(output_columns):
+        pieces = [o[column] for o, cols in parts if column in cols]
+        result[column] = pd.concat(pieces).reindex(frame.index) if len(pieces) > 1 else \
+            pieces[0].reindex(frame.index)
     return result

@@ -145,7 +145,7 @@ def test_validate_max_mape_met_exits_0(capsys, in_repo):
     assert err == ""
 
 
-def test_validate_inference_file_skips_every_case(capsys, in_repo):
+def test_validate_inference_file_compares_every_case(capsys, in_repo):
     code, out, err = run(capsys, "validate", INFERENCE_REL)
     assert code == 0
     assert err == ""
@@ -154,27 +154,31 @@ def test_validate_inference_file_skips_every_case(capsys, in_repo):
     lines = out.splitlines()
     for row in rows:
         (line,) = [ln for ln in lines if ln.split() and ln.split()[0] == row["case"]]
-        assert "skipped: " in line
-        reason = line.split("skipped: ", 1)[1]
-        assert "not modelled yet" in reason and "infer" in reason
+        assert "skipped" not in line and line.rstrip().endswith("%")
     summary = [ln for ln in lines if ln.startswith("llama2_inference_a100.csv")]
     assert len(summary) == 1
-    assert summary[0].split()[2:] == ["0", "-", "-", str(len(rows))]
+    assert summary[0].split()[2] == str(len(rows))
+
+
+def test_validate_skips_moe_inference_with_a_reason(capsys, in_repo):
+    code, out, _ = run(capsys, "validate", "--json", "tests/reference/trtllm_0.9.0_a100_h100.csv")
+    assert code == 0
+    payload = json.loads(out)
+    skipped = [c for c in payload["cases"] if "skipped" in c]
+    assert skipped and all("mixtral" in c["case"] for c in skipped)
+    assert all("mixture-of-experts" in c["skipped"] for c in skipped)
 
 
 def test_validate_inference_file_json_and_max_mape(capsys, in_repo):
     code, out, _ = run(capsys, "validate", "--json", "--max-mape", "0.001", INFERENCE_REL)
-    # nothing is compared, so there is no MAPE to exceed
-    assert code == 0
+    assert code == 1  # every case is compared, and no model is exact to 0.001 %
     payload = json.loads(out)
     for case in payload["cases"]:
-        assert case["skipped"], case
-        assert "predicted" not in case and "error_pct" not in case
-        assert {"case", "file", "metric", "measured"} <= set(case)
+        assert "skipped" not in case
+        assert {"case", "file", "metric", "measured", "predicted", "error_pct"} <= set(case)
     (summary,) = payload["summary"]
-    assert summary["n"] == 0
-    assert summary["mape_pct"] is None and summary["max_abs_error_pct"] is None
-    assert summary["skipped"] == len(payload["cases"]) == 11
+    assert summary["n"] == len(payload["cases"]) == 11
+    assert summary["mape_pct"] > 0
 
 
 # ---------------------------------------------------------------------------------------------------------

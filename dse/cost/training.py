@@ -415,6 +415,7 @@ def _infeasible_reason(x: dict[str, Array]) -> Array:
         (R["nonpositive_size"], ~(smallest > 0)),
         (R["unknown_system"], ~(x["tensor_fp16_flops"] > 0)),
         (R["precision_unsupported_by_system"], ~(peak > 0)),
+        (R["int8/int4 are weight-only inference formats"], x["precision"] >= codes.PRECISION_INT8),
         (R["tp*pp*cp*dp != gpus"], t * p * c * d != x["gpus"]),
         (R["hidden % heads != 0"], ~divides(a, h)),
         (R["heads % kv_heads != 0"], ~divides(g, a)),

@@ -32,6 +32,10 @@ HARDWARE_COLUMNS: tuple[str, ...] = (
     "scaleout_bw",
     "scaleup_latency_s",
     "scaleout_latency_s",
+    "infer_matmul_fp16_rate",
+    "infer_matmul_fp8_rate",
+    "infer_matmul_fp4_rate",
+    "layer_overhead_s",
 )
 
 EFFICIENCY_COLUMNS: tuple[str, ...] = (
@@ -43,9 +47,15 @@ EFFICIENCY_COLUMNS: tuple[str, ...] = (
     "scaleup_ring_eff",
     "scaleup_allreduce_eff",
     "scaleout_eff",
+    "infer_matmul_eff_fp16",
+    "infer_matmul_eff_fp8",
+    "infer_matmul_eff_fp4",
     "scaleup_latency_us",
     "scaleout_latency_us",
+    "layer_overhead_us",
 )
+#: Dimensionless fractions among the efficiency constants (the rest are latencies in microseconds).
+FRACTION_COLUMNS = EFFICIENCY_COLUMNS[:11]
 
 
 class CatalogError(ValueError):
@@ -121,6 +131,11 @@ def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "scaleout_bw": z(raw["scaleout_bw"] * raw["scaleout_eff"]),
         "scaleup_latency_s": z(raw["scaleup_latency_s"]),
         "scaleout_latency_s": z(raw["scaleout_latency_s"]),
+        # inference engines (TensorRT-LLM kernels) reach other GEMM efficiencies than training frameworks
+        "infer_matmul_fp16_rate": z(raw["tensor_fp16_flops"] * raw["infer_matmul_eff_fp16"]),
+        "infer_matmul_fp8_rate": z(raw["tensor_fp8_flops"] * raw["infer_matmul_eff_fp8"]),
+        "infer_matmul_fp4_rate": z(raw["tensor_fp4_flops"] * raw["infer_matmul_eff_fp4"]),
+        "layer_overhead_s": z(raw["layer_overhead_s"]),
     }
 
 
@@ -152,7 +167,8 @@ def raw_table(overrides: tuple[tuple[str, str, float], ...] = ()) -> dict[str, n
         "scaleup_latency_s": g["scaleup_latency_us"].to_numpy() * 1e-6,
         "scaleout_latency_s": g["scaleout_latency_us"].to_numpy() * 1e-6,
     }
-    for col in EFFICIENCY_COLUMNS[:8]:
+    table["layer_overhead_s"] = g["layer_overhead_us"].to_numpy() * 1e-6
+    for col in FRACTION_COLUMNS:
         table[col] = g[col].to_numpy()
     return {k: np.ascontiguousarray(v, dtype=np.float64) for k, v in table.items()}
 

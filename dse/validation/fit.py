@@ -5,8 +5,10 @@ The shipped constants in ``dse/hardware/efficiency.csv`` marked FITTED come from
 
     python -m dse.validation.fit ../shared/reference/*.csv
 
-Objective: Σ_files mean_cases (ln(predicted / measured))², each file weighted equally so that a file with
-many rows does not drown a small one.  Minimised by Nelder–Mead over the constants (bounded to (0, 1.2]).
+Objective: Σ_(file, metric) mean_cases (ln(predicted / measured))², each file and metric weighted equally so
+that a file with many rows does not drown a small one.  Minimised by Nelder–Mead over the constants
+(efficiencies bounded to (0, 1.2], overheads to (0, 1000] µs), separately for the training and the inference
+constants.
 A test re-runs the fit and checks the shipped constants match it.
 """
 
@@ -22,12 +24,22 @@ import numpy as np
 
 from dse.validation.validate import Assumption, load_assumptions, validate_file
 
-#: The constants fitted on shared/reference, per generation: only those the reference cases constrain.
-FITTED_PARAMETERS: tuple[tuple[str, str], ...] = (
+#: The constants fitted on shared/reference, per generation: only those the reference cases constrain,
+#: in two independent groups (no training case depends on an inference constant and vice versa).
+TRAINING_PARAMETERS: tuple[tuple[str, str], ...] = (
     ("ampere", "matmul_eff_fp16"),
     ("ampere", "memory_eff"),
     ("hopper", "matmul_eff_fp8"),
 )
+INFERENCE_PARAMETERS: tuple[tuple[str, str], ...] = (
+    ("ampere", "infer_matmul_eff_fp16"),
+    ("hopper", "infer_matmul_eff_fp8"),
+    ("ampere", "layer_overhead_us"),
+    ("hopper", "layer_overhead_us"),
+)
+FITTED_PARAMETERS = TRAINING_PARAMETERS + INFERENCE_PARAMETERS
+TRAINING_FILES = ("megatron_narayanan2021_table1.csv", "megatron_korthikanti2022_table4.csv", "nemo_h100_24.07.csv")
+INFERENCE_FILES = ("llama2_inference_a100.csv", "trtllm_0.9.0_a100_h100.csv")
 
 
 def default_assumptions_path() -> Path:
@@ -38,26 +50,31 @@ def log_error_objective(files: Sequence[str | Path], assumptions: Sequence[Assum
                         params: Sequence[tuple[str, str]]) -> Callable[[np.ndarray], float]:
     """The function of the parameter vector that :func:`fit` minimises."""
 
+    upper = np.array([1000.0 if c.endswith("_us") else 1.2 for _, c in params])
+
     def objective(values: np.ndarray) -> float:
-        if np.any(values <= 0) or np.any(values > 1.2):
+        if np.any(values <= 0) or np.any(values > upper):
             return 1e9
         overrides = {p: float(v) for p, v in zip(params, values, strict=True)}
         total = 0.0
         for f in files:
-            res = validate_file(f, assumptions, overrides)
-            errs = [np.log(r.predicted / r.measured) for r in res if r.predicted is not None]
-            if errs:
-                total += float(np.mean(np.square(errs)))
+            groups: dict[str, list[float]] = {}
+            for r in validate_file(f, assumptions, overrides):
+                if r.predicted is not None:
+                    groups.setdefault(r.metric, []).append(float(np.log(r.predicted / r.measured)))
+            total += sum(float(np.mean(np.square(e))) for e in groups.values())
         return total
 
     return objective
 
 
-def nelder_mead(fun: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.05, tol: float = 1e-7,
+def nelder_mead(fun: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.1, tol: float = 1e-7,
                 max_iter: int = 400) -> np.ndarray:
-    """Plain Nelder–Mead (Nelder & Mead 1965) with the standard coefficients 1, 2, 0.5, 0.5."""
+    """Plain Nelder–Mead (Nelder & Mead 1965) with the standard coefficients 1, 2, 0.5, 0.5; the initial
+    simplex moves each coordinate by ``step`` times its magnitude."""
     n = len(x0)
-    simplex = np.vstack([x0] + [x0 + step * np.eye(n)[i] for i in range(n)])
+    scale = np.where(x0 != 0, np.abs(x0), 1.0) * step
+    simplex = np.vstack([x0] + [x0 + scale[i] * np.eye(n)[i] for i in range(n)])
     values = np.array([fun(x) for x in simplex])
     for _ in range(max_iter):
         order = np.argsort(values)
@@ -86,9 +103,9 @@ def nelder_mead(fun: Callable[[np.ndarray], float], x0: np.ndarray, step: float 
 
 
 def fit(files: Sequence[str | Path], assumptions: Sequence[Assumption],
-        params: Sequence[tuple[str, str]] = FITTED_PARAMETERS,
+        params: Sequence[tuple[str, str]] = TRAINING_PARAMETERS,
         start: Sequence[float] | None = None) -> dict[tuple[str, str], float]:
-    """Least-squares fit of ``params`` (``(generation, constant)`` pairs) on the training cases of ``files``."""
+    """Least-squares fit of ``params`` (``(generation, constant)`` pairs) on the cases of ``files``."""
     from dse.hardware.catalog import efficiency
 
     eff = efficiency()
@@ -103,9 +120,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("files", nargs="+", help="case files in the shared/reference schema")
     parser.add_argument("--assume", default=str(default_assumptions_path()), help="assumptions YAML")
     args = parser.parse_args(argv)
-    fitted = fit(args.files, load_assumptions(args.assume))
-    for (gen, col), value in fitted.items():
-        print(f"{gen:10s} {col:18s} {value:.4f}")
+    assumptions = load_assumptions(args.assume)
+    for names, params in ((TRAINING_FILES, TRAINING_PARAMETERS), (INFERENCE_FILES, INFERENCE_PARAMETERS)):
+        files = [f for f in args.files if Path(f).name in names]
+        if not files:
+            continue
+        for (gen, col), value in fit(files, assumptions, params).items():
+            print(f"{gen:10s} {col:22s} {value:.4f}")
     return 0
 
 

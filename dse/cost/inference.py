@@ -1,0 +1,234 @@
+"""Inference: prefill and decode of a static batch, KV cache, weight / KV quantization, as numpy arrays.
+
+A batch of ``batch`` requests with ``input_len`` prompt tokens each is prefilled in one pass (time to first
+token), then decoded ``output_len − 1`` more steps, each producing one token per request (the first output
+token comes from the prefill).  Every op of a layer is timed from its FLOPs F and HBM bytes B as
+F / rate + B / bandwidth — a roofline without overlap between streaming the operands and the math, which is
+what serving kernels show at these shapes (at 128 prompt tokens the measured TTFT sits at the sum, not the
+max; far from the ridge point the two agree) — plus a fixed per-layer overhead (kernel launches,
+synchronisation; ``layer_overhead_s``, per GPU generation) once per forward pass:
+
+* prefill — GEMMs with M = batch·input_len tokens (compute-bound), causal FlashAttention, norms and
+  activations, two TP all-reduces of the layer's output; the logits of the last token of each request;
+* decode — GEMMs with M = batch (weight reads dominate: memory-bound at small batch), attention that reads
+  the whole KV cache (batch · context · 2 · kv_heads/tp · head_dim · kv bytes), two TP all-reduces of
+  batch·h (latency-bound), the logits GEMM (reads V·h/tp weights).
+
+A mixture-of-experts layer reads only the experts its tokens visit: E·(1 − (1 − k/E)^tokens) of them when each
+token picks k of E uniformly.  Pipeline stages run one after another for a static batch, so latency sums
+them.  The decode step is evaluated at the mean context input_len + output_len/2 (its cost is linear in the
+context, so the sum over steps is exact up to the roofline's max).
+
+Quantization (``precision``): fp16/bf16 — 2-byte weights, 16-bit math; fp8, fp4 — 1 / 0.5-byte weights and
+activations on fp8 / fp4 tensor cores (where the GPU has them); int8, int4 — weight-only, 1 / 0.5-byte weights
+dequantized into 16-bit math.  ``kv_precision`` auto = 1 byte with fp8/fp4 math, else 2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from dse import codes
+from dse.cost import constants as K
+from dse.cost.compute import gemm_bytes, gemm_flops
+from dse.cost.network import allreduce_time, group_links, p2p_time, spans_domains
+from dse.cost.select import divides, pick
+from dse.cost.transformer import expert_params, kv_width, mlp_matrices
+from dse.hardware.catalog import HARDWARE_COLUMNS
+
+Array = Any  # numpy arrays or scalars that broadcast
+DTYPE = np.float32
+
+INFER_INPUTS: tuple[str, ...] = (
+    "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts", "top_k",
+    "tied_embeddings", "gpus", "tp", "pp", "dp", "batch", "input_len", "output_len", "precision", "kv_precision",
+)
+INFER_METRICS: tuple[str, ...] = (
+    "ttft_s", "tpot_s", "e2e_latency_s", "output_tokens_per_s", "output_tokens_per_s_per_gpu",
+    "prefill_layer_ms", "decode_layer_ms", "decode_attention_ms", "decode_gemm_ms", "decode_tp_comm_ms",
+    "decode_logits_ms", "decode_overhead_ms", "kv_cache_bytes", "weights_bytes", "activations_bytes",
+    "mem_total_bytes", "max_batch",
+)
+
+
+def weight_bytes_per_param(precision: Array) -> Array:
+    """Bytes per stored weight: 2 (fp16, bf16), 1 (fp8, int8), 0.5 (fp4, int4)."""
+    p = precision
+    return 2.0 - 1.0 * ((p == codes.PRECISION_FP8) | (p == codes.PRECISION_INT8)) \
+        - 1.5 * ((p == codes.PRECISION_FP4) | (p == codes.PRECISION_INT4))
+
+
+def kv_bytes_per_value(kv_precision: Array, precision: Array) -> Array:
+    """Bytes per cached K or V value: 2 (fp16, bf16), 1 (fp8, int8), 0.5 (int4); auto = 1 with fp8/fp4
+    matmuls, else 2."""
+    low_math = (precision == codes.PRECISION_FP8) | (precision == codes.PRECISION_FP4)
+    kv = kv_precision
+    explicit = 2.0 - 1.0 * ((kv == 3) | (kv == 4)) - 1.5 * (kv == 5)
+    return pick((kv == codes.KV_AUTO) * 1.0, 2.0 - 1.0 * low_math, explicit)
+
+
+def serial_roofline_time(flops: Array, bytes_moved: Array, flops_rate: Array, bytes_rate: Array) -> Array:
+    """t = F / P_eff + B / W_eff: the roofline's two bounds added (no overlap), used for inference ops."""
+    return flops / flops_rate + bytes_moved / bytes_rate
+
+
+def experts_visited(experts: Array, top_k: Array, tokens: Array) -> Array:
+    """Expected distinct experts a layer runs for ``tokens`` tokens each routed to top_k of E experts:
+    E · (1 − (1 − k/E)^tokens) (uniform routing)."""
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
+
+def infer_step(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dict[str, Array]:
+    """Evaluate the inference model; ``inputs`` holds :data:`INFER_INPUTS` (codes for categoricals), ``hw`` the
+    hardware columns.  Returns :data:`INFER_METRICS` (float64; NaN where the configuration does not divide)
+    plus ``fits`` and ``reason``."""
+    names = INFER_INPUTS + HARDWARE_COLUMNS
+    arrays = np.broadcast_arrays(*[np.asarray(inputs[k], dtype=DTYPE) for k in INFER_INPUTS],
+                                 *[np.asarray(hw[k], dtype=DTYPE) for k in HARDWARE_COLUMNS])
+    x = dict(zip(names, arrays, strict=True))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        out = _infer(x)
+        reason = _infer_reason(x)
+        ok = reason == 0
+        fits = out.pop("fits") & ok
+        nan_mask = np.where(ok, 0.0, np.nan)
+        result = {k: (np.asarray(out[k], dtype=np.float64) + nan_mask) for k in INFER_METRICS}
+        result["fits"] = fits
+        result["reason"] = np.where(ok & ~fits, codes.REASON_CODE["exceeds_hbm"], reason).astype(np.int16)
+    return result
+
+
+def _rates(x: dict[str, Array]) -> tuple[Array, Array, Array, Array]:
+    """(peak, GEMM rate, activation bytes, weight bytes) at the inference precision (serving-engine GEMM
+    efficiency ``infer_matmul_eff_*``)."""
+    p = x["precision"]
+    fp8 = (p == codes.PRECISION_FP8) * 1.0
+    fp4 = (p == codes.PRECISION_FP4) * 1.0
+    m16 = 1.0 - fp8 - fp4
+    peak = x["tensor_fp16_flops"] * m16 + x["tensor_fp8_flops"] * fp8 + x["tensor_fp4_flops"] * fp4
+    rate = (x["infer_matmul_fp16_rate"] * m16 + x["infer_matmul_fp8_rate"] * fp8
+            + x["infer_matmul_fp4_rate"] * fp4)
+    act = 2.0 - fp8 - 1.5 * fp4
+    return peak, rate, act, weight_bytes_per_param(p)
+
+
+def _layer_gemms(tokens: Array, x: dict[str, Array], rate: Array, act: Array, wb: Array) -> Array:
+    """Time of one layer's GEMMs for ``tokens`` tokens on one GPU (QKV, output projection, FFN or experts)."""
+    h, t, f = x["hidden"], x["tp"], x["ffn_hidden"]
+    E, k = x["experts"], x["top_k"]
+    moe = (E > 1) * 1.0
+    kvw = kv_width(h, x["heads"], x["kv_heads"])
+    n_qkv = (h + 2.0 * kvw) / t
+    n_fc1 = (mlp_matrices(x["mlp"]) - 1.0) * f / t
+    mem = x["memory_rate"]
+    kk = 1.0 + moe * (k - 1.0)
+    visited = 1.0 + moe * (experts_visited(E, k, tokens) - 1.0)  # weights of the experts actually run
+    tk = tokens * kk
+    rt = serial_roofline_time
+    return (rt(gemm_flops(tokens, n_qkv, h), gemm_bytes(tokens, n_qkv, h, act, wb, 2.0), rate, mem)
+            + rt(gemm_flops(tokens, h, h / t), gemm_bytes(tokens, h, h / t, act, wb, 2.0), rate, mem)
+            + rt(gemm_flops(tk, n_fc1, h), gemm_bytes(tk, n_fc1, h, act, wb * visited, 2.0), rate, mem)
+            + rt(gemm_flops(tk, h, f / t), gemm_bytes(tk, h, f / t, act, wb * visited, 2.0), rate, mem)
+            + moe * gemm_flops(tokens, E, h) / x["infer_matmul_fp16_rate"])
+
+
+def _infer(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one formula, read top to bottom
+    L, h, a, g, f, V = x["layers"], x["hidden"], x["heads"], x["kv_heads"], x["ffn_hidden"], x["vocab"]
+    t, p, dp = x["tp"], x["pp"], x["dp"]
+    b, s_in, s_out = x["batch"], x["input_len"], x["output_len"]
+    E = x["experts"]
+    moe = (E > 1) * 1.0
+    d = h / a
+    kv_heads_gpu = np.maximum(g / t, 1.0)  # TP beyond the KV heads replicates them (GQA/MQA)
+    kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
+    peak, rate, act, wb = _rates(x)
+    mem = x["memory_rate"]
+    swiglu = (x["mlp"] == codes.MLP_SWIGLU) * 1.0
+    n_fc1 = (mlp_matrices(x["mlp"]) - 1.0) * f / t
+    tp_links = group_links(np.ones_like(t), t, x)
+
+    # ---- prefill: batch · input_len tokens ---------------------------------------------------------------
+    T = b * s_in
+    pre_gemm = _layer_gemms(T, x, rate, act, wb)
+    pre_attn = K.CAUSAL_FRACTION * 4.0 * b * s_in * s_in * h / t / x["attention_rate"]
+    act_bytes = pick(swiglu, K.ACTIVATION_FWD_BYTES_SWIGLU, K.ACTIVATION_FWD_BYTES_2MAT)
+    pre_ew = (K.RESIDUAL_FWD_BYTES * T * h + act_bytes * T * (1.0 + moe * (x["top_k"] - 1.0)) * f / t) / mem
+    pre_tp = 2.0 * allreduce_time(2.0 * T * h, t, tp_links)
+    overhead = x["layer_overhead_s"]
+    pre_layer = pre_gemm + pre_attn + pre_ew + pre_tp + overhead
+    logits = serial_roofline_time(gemm_flops(b, V / t, h), gemm_bytes(b, V / t, h, 2.0, 2.0, 2.0),
+                                  x["infer_matmul_fp16_rate"], mem)
+    pp_cross = spans_domains(t, p, x["scaleup_gpus"])
+    pre_p2p = (p - 1.0) * p2p_time(2.0 * T * h, pp_cross, x)
+    ttft = L * pre_layer + logits + pre_p2p + K.EMBEDDING_BYTES * T * h / mem
+
+    # ---- decode: one token per request, at the mean context ----------------------------------------------
+    ctx = s_in + 0.5 * s_out
+    dec_gemm = _layer_gemms(b, x, rate, act, wb)
+    kv_read = b * ctx * 2.0 * kv_heads_gpu * d * kv_b
+    dec_attn = serial_roofline_time(4.0 * b * ctx * h / t, kv_read + 4.0 * b * h / t * 2.0, x["attention_rate"], mem)
+    dec_ew = (K.RESIDUAL_FWD_BYTES * b * h + act_bytes * b * f / t + b * 2.0 * kv_heads_gpu * d * kv_b) / mem
+    dec_tp = 2.0 * allreduce_time(2.0 * b * h, t, tp_links)
+    dec_layer = dec_gemm + dec_attn + dec_ew + dec_tp + overhead
+    dec_p2p = (p - 1.0) * p2p_time(2.0 * b * h, pp_cross, x)
+    tpot = L * dec_layer + logits + dec_p2p
+    e2e = ttft + (s_out - 1.0) * tpot
+    tokens_per_s = dp * b * s_out / e2e
+
+    # ---- memory per GPU ------------------------------------------------------------------------------------
+    p_attn = h * (2.0 * h + 2.0 * kv_width(h, a, g)) / t
+    p_layer = p_attn + (1.0 + moe * (E - 1.0)) * expert_params(h, f, x["mlp"]) / t + moe * h * E
+    untied = (x["tied_embeddings"] <= 0) * 1.0
+    single = (p <= 1) * 1.0
+    weights = L / p * p_layer * wb + V * h / t * 2.0 * (1.0 + single * untied)
+    kv_per_seq = (s_in + s_out) * L / p * 2.0 * kv_heads_gpu * d * kv_b
+    kv = b * kv_per_seq
+    act_per_token = (4.0 * h + 2.0 * n_fc1) * 2.0  # one layer's live tensors during prefill
+    activations = T * act_per_token + b * V / t * 4.0
+    total = weights + kv + activations + K.RUNTIME_RESERVED_BYTES
+    max_batch = np.floor((x["hbm_bytes"] - weights - K.RUNTIME_RESERVED_BYTES)
+                         / (kv_per_seq + s_in * act_per_token + V / t * 4.0))
+    return {
+        "ttft_s": ttft, "tpot_s": tpot, "e2e_latency_s": e2e, "output_tokens_per_s": tokens_per_s,
+        "output_tokens_per_s_per_gpu": tokens_per_s / x["gpus"],
+        "prefill_layer_ms": pre_layer * 1e3, "decode_layer_ms": dec_layer * 1e3,
+        "decode_attention_ms": L * dec_attn * 1e3, "decode_gemm_ms": L * dec_gemm * 1e3,
+        "decode_tp_comm_ms": L * dec_tp * 1e3, "decode_logits_ms": logits * 1e3,
+        "decode_overhead_ms": L * overhead * 1e3,
+        "kv_cache_bytes": kv, "weights_bytes": weights, "activations_bytes": activations,
+        "mem_total_bytes": total, "max_batch": np.maximum(max_batch, 0.0),
+        "fits": total <= x["hbm_bytes"],
+    }
+
+
+def _infer_reason(x: dict[str, Array]) -> Array:
+    """First failing check (0 = feasible), codes into :data:`dse.codes.REASONS`."""
+    L, h, a, g = x["layers"], x["hidden"], x["heads"], x["kv_heads"]
+    t, p = x["tp"], x["pp"]
+    sizes = (L, h, a, g, x["ffn_hidden"], x["vocab"], x["experts"], x["top_k"], x["gpus"], t, p, x["dp"],
+             x["batch"], x["input_len"], x["output_len"])
+    smallest = sizes[0]
+    for arr in sizes[1:]:
+        smallest = np.minimum(smallest, arr)
+    peak, _, _, _ = _rates(x)
+    R = codes.REASON_CODE
+    checks = (
+        (R["nonpositive_size"], ~(smallest > 0)),
+        (R["unknown_system"], ~(x["tensor_fp16_flops"] > 0)),
+        (R["precision_unsupported_by_system"], ~(peak > 0)),
+        (R["tp*pp*cp*dp != gpus"], t * p * x["dp"] != x["gpus"]),
+        (R["hidden % heads != 0"], ~divides(a, h)),
+        (R["heads % kv_heads != 0"], ~divides(g, a)),
+        (R["top_k > experts"], x["top_k"] > x["experts"]),
+        (R["heads % tp != 0"], ~divides(t, a)),
+        (R["kv_heads and tp: neither divides the other"], ~divides(t, g) & ~divides(g, t)),
+        (R["layers % pp != 0"], ~divides(p, L)),
+        (R["crosses nodes without scale-out network"], ~(x["scaleout_bw"] > 0) & (t * p > x["scaleup_gpus"])),
+    )
+    reason = np.zeros(L.shape, dtype=L.dtype)
+    for code, failed in reversed(checks):
+        reason += failed * (code - reason)
+    return reason
