@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import yaml
 
 from dse import __version__
@@ -21,15 +22,18 @@ from dse.spec import SpecError
 
 #: ``dse explain`` options: schema column → type shown in --help.
 EXPLAIN_OPTIONS: dict[str, str] = {
+    "task": "train|infer",
     "model": "catalog name (see `dse models`); or give the dimensions below",
     "layers": "int", "hidden": "int", "heads": "int", "kv_heads": "int", "ffn_hidden": "int", "vocab": "int",
     "mlp": "gelu|swiglu|relu2", "experts": "int", "top_k": "int",
     "system": "catalog name (see `dse systems`)",
     "gpus": "int", "tp": "int", "pp": "int", "dp": "int", "cp": "int", "ep": "int", "vpp": "int", "sp": "0|1",
     "micro_batch": "int", "global_batch": "int", "seq_len": "int",
-    "recompute": "none|selective|full", "zero": "0..3", "precision": "fp16|bf16|fp8|fp4",
+    "recompute": "none|selective|full", "zero": "0..3", "precision": "fp16|bf16|fp8|fp4|int8|int4",
     "attention": "flash|standard", "tp_overlap": "none|backward|full", "dp_overlap": "0|1", "pp_overlap": "0|1",
     "tied_embeddings": "0|1",
+    "batch": "int", "input_len": "int", "output_len": "int",
+    "kv_precision": "auto|fp16|bf16|fp8|int8|int4",
 }
 
 
@@ -61,7 +65,7 @@ def _read_config(path: str) -> dict[str, object]:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from dse.explain import explain_row, explain_table, format_explain
+    from dse.explain import explain_row, explain_table, format_explain, format_explain_infer, inference_op_table
 
     config: dict[str, object] = _read_config(args.config) if args.config else {}
     origin = {k: f"{args.config}: key {k!r}" for k in config}
@@ -85,6 +89,19 @@ def cmd_explain(args: argparse.Namespace) -> int:
         if key in config and str(config[key]).strip().lower() not in CATEGORICAL[key]:
             raise CliError(f"explain: {origin[key]} {config[key]!r} is not allowed; allowed: "
                            f"{', '.join(CATEGORICAL[key])}")
+    task = str(config.get("task", "train")).strip().lower()
+    if task not in ("train", "infer"):
+        raise CliError(f"explain: {origin['task']} {config['task']!r} is not allowed; allowed: train, infer")
+    config["task"] = task
+    if task == "infer":
+        row = explain_row(config)
+        ops = inference_op_table(config) if np.isfinite(float(row["tpot_s"])) else pd.DataFrame()
+        if args.json:
+            print(json.dumps({"configuration_and_outputs": {k: _jsonable(row[k]) for k in row.index},
+                              "ops": ops.to_dict(orient="records")}, indent=2))
+        else:
+            print(format_explain_infer(row, ops))
+        return 0
     row = explain_row(config)
     if args.json:
         tables = explain_table(row) if np.isfinite(float(row["step_time_s"])) else {}

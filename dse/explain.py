@@ -11,8 +11,10 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from dse.cost.inference import OPS, inference_ops
 from dse.cost.training import LAYER_BREAKDOWN, MEMORY_BREAKDOWN, TIME_BREAKDOWN
-from dse.frame import evaluate_train
+from dse.frame import evaluate_infer, evaluate_train, infer_inputs
+from dse.hardware import catalog as hwcat
 
 TIME_LABELS = {
     "time_compute_s": "compute (forward + backward)",
@@ -47,6 +49,12 @@ def explain_row(config: Mapping[str, object]) -> pd.Series:
     """Evaluate one configuration (a mapping of schema columns) and return inputs + outputs as a Series."""
     frame = pd.DataFrame([dict(config)])
     frame.attrs["single_configuration"] = True
+    if str(config.get("task", "train")) == "infer":
+        out = evaluate_infer(frame, source="dse explain", with_inputs=True)
+        row = out.iloc[0].copy()
+        row["model"] = config.get("model", "custom model")
+        row["task"] = "infer"
+        return row
     out = evaluate_train(frame, source="dse explain", with_inputs=True)
     row = out.iloc[0].copy()
     row["model"] = config.get("model", "custom model")
@@ -129,4 +137,61 @@ def format_explain(row: pd.Series) -> str:
     lines.append(f"Bottleneck: {bottleneck(row)}")
     if reason:
         lines.append(f"Infeasible: {reason}")
+    return "\n".join(lines)
+
+
+def inference_op_table(config: Mapping[str, object]) -> pd.DataFrame:
+    """Per op (prefill and one decode step, per GPU and layer; logits once): FLOPs, bytes, arithmetic
+    intensity, the GPU's ridge point and whether the op is compute- or memory-bound."""
+    frame = pd.DataFrame([dict(config)])
+    frame.attrs["single_configuration"] = True
+    x, codes_ = infer_inputs(frame, "dse explain")
+    ops = inference_ops(x, hwcat.hardware_columns(codes_))
+    rows = []
+    for key, op in ops.items():
+        phase, name = key.split("/")
+        rows.append({"phase": phase, "op": name, "GFLOP": float(op["flops"][0]) / 1e9,
+                     "MB": float(op["bytes"][0]) / 1e6, "FLOP/byte": float(op["intensity"][0]),
+                     "ridge FLOP/byte": float(op["ridge"][0]),
+                     "bound": "memory" if bool(op["memory_bound"][0]) else "compute"})
+    table = pd.DataFrame(rows)
+    order = {name: i for i, name in enumerate(OPS)}
+    return table.sort_values(["phase", "op"], key=lambda c: c.map(order) if c.name == "op" else
+                             c.map({"prefill": 0, "decode": 1})).reset_index(drop=True)
+
+
+def format_explain_infer(row: pd.Series, ops: pd.DataFrame) -> str:
+    """Readable text for one evaluated inference configuration."""
+    lines = [
+        f"{row.get('model', 'custom model')}: L={int(row['layers'])} h={int(row['hidden'])} heads={int(row['heads'])} "
+        f"kv_heads={int(row['kv_heads'])} ffn={int(row['ffn_hidden'])} vocab={int(row['vocab'])} mlp={row['mlp']} "
+        f"experts={int(row['experts'])} top_k={int(row['top_k'])}",
+        f"on {int(row['gpus'])} x {row['system']}: tp={int(row['tp'])} pp={int(row['pp'])} replicas={int(row['dp'])}; "
+        f"batch={int(row['batch'])} input_len={int(row['input_len'])} output_len={int(row['output_len'])}; "
+        f"precision={row['precision']} kv_precision={row['kv_precision']}",
+    ]
+    if not np.isfinite(float(row["tpot_s"])):
+        lines.append(f"\nNo answer for this configuration: {row['infeasible_reason']}")
+        return "\n".join(lines)
+    lines += ["", "Latency and throughput",
+              f"  {'time to first token (prefill)':<40s} {1e3 * float(row['ttft_s']):12.3f} ms",
+              f"  {'time per output token (decode step)':<40s} {1e3 * float(row['tpot_s']):12.3f} ms",
+              f"  {'end-to-end latency of the batch':<40s} {float(row['e2e_latency_s']):12.3f} s",
+              f"  {'output tokens/s':<40s} {float(row['output_tokens_per_s']):12.1f}",
+              f"  {'output tokens/s per GPU':<40s} {float(row['output_tokens_per_s_per_gpu']):12.1f}",
+              "", "One decode step, split (all layers)"]
+    for key, label in (("decode_gemm_ms", "GEMMs (weight reads)"), ("decode_attention_ms", "attention (KV reads)"),
+                       ("decode_tp_comm_ms", "TP all-reduces"), ("decode_logits_ms", "logits"),
+                       ("decode_overhead_ms", "per-layer overhead (launches)")):
+        lines.append(f"  {label:<40s} {float(row[key]):12.3f} ms")
+    lines += ["", "Ops per GPU and layer (logits once): arithmetic intensity against the ridge point",
+              ops.to_string(index=False, float_format=lambda v: f"{v:,.3g}"), ""]
+    hbm = float(row["hbm_bytes"]) / 1e9
+    lines.append(f"Memory per GPU (HBM {hbm:.1f} GB)")
+    for key, label in (("weights_bytes", "weights"), ("kv_cache_bytes", "KV cache"),
+                       ("activations_bytes", "activations (prefill peak)")):
+        lines.append(f"  {label:<40s} {float(row[key]) / 1e9:12.2f} GB")
+    lines.append(f"  {'total (with 2 GB runtime reserve)':<40s} {float(row['mem_total_bytes']) / 1e9:12.2f} GB  "
+                 f"fits: {'yes' if bool(row['fits']) else 'NO'}")
+    lines.append(f"  {'largest batch that fits':<40s} {int(row['max_batch']):12d}")
     return "\n".join(lines)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dse.spec import GRID_KEYS, Spec
+from dse.spec import Spec
 
 
 class Grid:
@@ -20,7 +20,7 @@ class Grid:
         self.sizes = np.array([g.size for g in spec.grids], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
         #: every column a point may carry (axes absent from a sub-grid decode as NaN = default)
-        self.columns = tuple(k for k in GRID_KEYS if any(a.name == k for g in spec.grids for a in g.axes))
+        self.columns = tuple(k for k in spec.grid_keys if any(a.name == k for g in spec.grids for a in g.axes))
 
     def __len__(self) -> int:
         return int(self.offsets[-1])

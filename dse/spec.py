@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import yaml
 
+from dse.codes import KV_PRECISION, PRECISION
+from dse.cost.inference import INFER_METRICS
 from dse.cost.training import TRAIN_METRICS
 from dse.defaults import CATEGORICAL
 from dse.hardware.catalog import system_names
@@ -51,10 +53,38 @@ MODEL_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "m
               "tied_embeddings")
 REQUIRED_MODEL_KEYS = ("layers", "hidden", "heads", "vocab")
 CONSTRAINT_KEYS = ("divisible", "tp_within_scaleup", "filters")
-#: Columns a filter may name: inputs, model dimensions, outputs.
-FILTER_INPUT_COLUMNS = (*GRID_KEYS, "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "experts",
-                        "top_k")
+#: Inference sweeps (``task: infer``): replicas ``dp`` and the request shape instead of the training batch.
+INFER_INT_AXES: dict[str, tuple[int, int | None]] = {
+    "tp": (1, None), "pp": (1, None), "dp": (1, None), "batch": (1, None), "input_len": (1, None),
+    "output_len": (1, None),
+}
+INFER_CAT_AXES: dict[str, tuple[str, ...]] = {"precision": PRECISION, "kv_precision": KV_PRECISION}
+INFER_GRID_KEYS = ("model", "system", *INFER_INT_AXES, *INFER_CAT_AXES)
+INFER_REQUIRED_GRID_KEYS = ("model", "system", "batch", "input_len", "output_len")
+MODEL_DIMENSIONS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "experts", "top_k")
+#: Columns a filter may name: inputs, model dimensions, outputs (training sweeps).
+FILTER_INPUT_COLUMNS = (*GRID_KEYS, *MODEL_DIMENSIONS)
 FILTER_OUTPUT_COLUMNS = (*TRAIN_METRICS, "fits")
+
+
+@dataclass(frozen=True)
+class TaskKeys:
+    """What a sub-grid of a task may hold and what its filters may name."""
+
+    int_axes: dict[str, tuple[int, int | None]]
+    cat_axes: dict[str, tuple[str, ...]]
+    grid_keys: tuple[str, ...]
+    required: tuple[str, ...]
+    filter_inputs: tuple[str, ...]
+    filter_outputs: tuple[str, ...]
+
+
+TASKS: dict[str, TaskKeys] = {
+    "train": TaskKeys(INT_AXES, CAT_AXES, GRID_KEYS, REQUIRED_GRID_KEYS, FILTER_INPUT_COLUMNS,
+                      FILTER_OUTPUT_COLUMNS),
+    "infer": TaskKeys(INFER_INT_AXES, INFER_CAT_AXES, INFER_GRID_KEYS, INFER_REQUIRED_GRID_KEYS,
+                      (*INFER_GRID_KEYS, "gpus", *MODEL_DIMENSIONS), (*INFER_METRICS, "fits")),
+}
 
 
 @dataclass(frozen=True)
@@ -94,6 +124,7 @@ class Spec:
     path: str
     task: str
     grids: tuple[SubGrid, ...]
+    grid_keys: tuple[str, ...]  #: the columns a point of this task may carry
     model_names: tuple[str, ...]  #: vocabulary of the ``model`` axis (catalog + custom models)
     model_table: dict[str, np.ndarray]  #: dimensions per model code
     divisible: bool
@@ -183,9 +214,9 @@ def _name_values(path: str, key: str, raw: object, vocabulary: tuple[str, ...]) 
 _ALLOWED_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd,
                   ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.Compare,
                   ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Name, ast.Load, ast.Constant)
-FILTER_HELP = ("arithmetic (+ - * / // % **), comparisons (< <= > >= == !=), and / or / not, parentheses, "
-               "numbers, quoted names for categorical columns, and the columns: "
-               + ", ".join(FILTER_INPUT_COLUMNS + FILTER_OUTPUT_COLUMNS))
+FILTER_SYNTAX = ("arithmetic (+ - * / // % **), comparisons (< <= > >= == !=), and / or / not, parentheses, "
+                 "numbers, quoted names for categorical columns, and the columns: ")
+FILTER_HELP = FILTER_SYNTAX + ", ".join(FILTER_INPUT_COLUMNS + FILTER_OUTPUT_COLUMNS)
 
 
 class _Elementwise(ast.NodeTransformer):
@@ -222,8 +253,12 @@ class _Elementwise(ast.NodeTransformer):
         return node
 
 
-def parse_filter(path: str, key: str, text: object, categorical: Mapping[str, tuple[str, ...]]) -> Filter:
+def parse_filter(path: str, key: str, text: object, categorical: Mapping[str, tuple[str, ...]],
+                 task: str = "train") -> Filter:
     """Parse a filter expression with :mod:`ast` (never ``eval``) into a vectorized function of columns."""
+    keys = TASKS[task]
+    inputs, outputs = keys.filter_inputs, keys.filter_outputs
+    FILTER_HELP = FILTER_SYNTAX + ", ".join(inputs + outputs)  # noqa: N806 - the module constant, per task
     if not isinstance(text, str) or not text.strip():
         raise _err(path, key, text, "a non-empty expression string: " + FILTER_HELP)
     try:
@@ -237,7 +272,7 @@ def parse_filter(path: str, key: str, text: object, categorical: Mapping[str, tu
             raise SpecError(f"{path}: {key}: expression {text!r} uses {type(node).__name__!r}, which is not "
                             f"allowed; allowed: {FILTER_HELP}")
         if isinstance(node, ast.Name):
-            if node.id not in FILTER_INPUT_COLUMNS and node.id not in FILTER_OUTPUT_COLUMNS:
+            if node.id not in inputs and node.id not in outputs:
                 raise SpecError(f"{path}: {key}: expression {text!r} names {node.id!r}, which is not a column; "
                                 f"allowed: {FILTER_HELP}")
             names.add(node.id)
@@ -288,7 +323,7 @@ def parse_filter(path: str, key: str, text: object, categorical: Mapping[str, tu
             result = eval(code, {"__builtins__": {}}, env)  # noqa: S307 - checked and rewritten AST
         return np.broadcast_to(np.asarray(result, dtype=bool), np.shape(next(iter(env.values()))))
 
-    return Filter(text, frozenset(names), bool(names & set(FILTER_OUTPUT_COLUMNS)), evaluate)
+    return Filter(text, frozenset(names), bool(names & set(outputs)), evaluate)
 
 
 # ---- the spec --------------------------------------------------------------------------------------------------
@@ -358,17 +393,20 @@ def _model_table(custom: Mapping[str, Mapping[str, object]]) -> tuple[tuple[str,
     return names, {k: np.asarray(v, dtype=np.float64) for k, v in table.items()}
 
 
-def _subgrid(path: str, key: str, raw: object, model_names: tuple[str, ...]) -> tuple[SubGrid, dict[str, Any]]:
+def _subgrid(path: str, key: str, raw: object, model_names: tuple[str, ...],
+             task: str = "train") -> tuple[SubGrid, dict[str, Any]]:
+    keys = TASKS[task]
     if not isinstance(raw, Mapping):
-        raise _err(path, key, raw, "a mapping of axis name to values; axes: " + ", ".join(GRID_KEYS))
-    unknown = [k for k in raw if k not in GRID_KEYS]
+        raise _err(path, key, raw, "a mapping of axis name to values; axes: " + ", ".join(keys.grid_keys))
+    unknown = [k for k in raw if k not in keys.grid_keys]
     if unknown:
-        raise SpecError(f"{path}: {key}: key {unknown[0]!r} is not allowed; allowed keys: {', '.join(GRID_KEYS)}")
-    for req in REQUIRED_GRID_KEYS:
+        raise SpecError(f"{path}: {key}: key {unknown[0]!r} is not allowed (task {task!r}); allowed keys: "
+                        f"{', '.join(keys.grid_keys)}")
+    for req in keys.required:
         if req not in raw:
-            raise SpecError(f"{path}: {key}: missing key {req!r}; required: {', '.join(REQUIRED_GRID_KEYS)}, and "
-                            "one of gpus or dp")
-    if ("gpus" in raw) == ("dp" in raw):
+            raise SpecError(f"{path}: {key}: missing key {req!r}; required: {', '.join(keys.required)}"
+                            + (", and one of gpus or dp" if task == "train" else ""))
+    if task == "train" and ("gpus" in raw) == ("dp" in raw):
         raise SpecError(f"{path}: {key}: give exactly one of 'gpus' and 'dp' (the other is derived: "
                         f"dp = gpus / (tp*pp*cp)); got {'both' if 'gpus' in raw else 'neither'}")
     axes = []
@@ -385,13 +423,13 @@ def _subgrid(path: str, key: str, raw: object, model_names: tuple[str, ...]) -> 
             codes = _name_values(path, akey, value, names)
             axes.append(Axis(name, np.asarray(codes, dtype=np.float64), names))
             resolved[name] = [names[c] for c in codes]
-        elif name in CAT_AXES:
-            vocab = CAT_AXES[name]
+        elif name in keys.cat_axes:
+            vocab = keys.cat_axes[name]
             codes = _name_values(path, akey, value, vocab)
             axes.append(Axis(name, np.asarray(codes, dtype=np.float64), vocab))
             resolved[name] = [vocab[c] for c in codes]
         else:
-            lo, hi = INT_AXES[name]
+            lo, hi = keys.int_axes[name]
             ints = _int_values(path, akey, value, lo, hi)
             axes.append(Axis(name, np.asarray(ints, dtype=np.float64)))
             resolved[name] = ints
@@ -430,8 +468,8 @@ def resolve_spec(data: object, label: str = "<spec>", default_name: str = "sweep
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise _err(label, "name", name, "a name of letters, digits, '.', '_' or '-' (it names results/<name>)")
     task = data.get("task", "train")
-    if task != "train":
-        raise _err(label, "task", task, "train (inference sweeps arrive with the inference issue)")
+    if task not in TASKS:
+        raise _err(label, "task", task, ", ".join(TASKS))
     description = data.get("description", "")
     if not isinstance(description, str):
         raise _err(label, "description", description, "text")
@@ -447,7 +485,7 @@ def resolve_spec(data: object, label: str = "<spec>", default_name: str = "sweep
     grids, resolved_grids = [], []
     for i, raw in enumerate(raw_grids):
         key = "grid" if "grid" in data else f"grids[{i}]"
-        grid, resolved = _subgrid(label, key, raw, model_names)
+        grid, resolved = _subgrid(label, key, raw, model_names, task)
         grids.append(grid)
         resolved_grids.append(resolved)
 
@@ -471,8 +509,8 @@ def resolve_spec(data: object, label: str = "<spec>", default_name: str = "sweep
         raw_filters = [raw_filters]
     if not isinstance(raw_filters, list):
         raise _err(label, "constraints.filters", raw_filters, "a list of expression strings")
-    categorical = {"model": model_names, "system": system_names(), **CAT_AXES}
-    filters = tuple(parse_filter(label, f"constraints.filters[{i}]", f, categorical)
+    categorical = {"model": model_names, "system": system_names(), **TASKS[task].cat_axes}
+    filters = tuple(parse_filter(label, f"constraints.filters[{i}]", f, categorical, task)
                     for i, f in enumerate(raw_filters))
 
     resolved_spec = {
@@ -481,6 +519,7 @@ def resolve_spec(data: object, label: str = "<spec>", default_name: str = "sweep
         "grids": resolved_grids,
         "constraints": {**flags, "filters": [f.text for f in filters]},
     }
-    return Spec(name=name, path=label, task=task, grids=tuple(grids), model_names=model_names,
+    return Spec(name=name, path=label, task=task, grids=tuple(grids), grid_keys=TASKS[task].grid_keys,
+                model_names=model_names,
                 model_table=model_table, divisible=flags["divisible"], tp_within_scaleup=flags["tp_within_scaleup"],
                 filters=filters, resolved=resolved_spec)

@@ -12,17 +12,28 @@ import numpy as np
 import pyarrow as pa
 
 from dse import codes
+from dse.cost.inference import INFER_INPUTS, INFER_METRICS, infer_step
 from dse.cost.training import DTYPE, TRAIN_INPUTS, TRAIN_METRICS, train_step
 from dse.defaults import CATEGORICAL, fill_defaults
 from dse.grid import Grid
 from dse.hardware import catalog as hwcat
-from dse.spec import CAT_AXES, MODEL_KEYS, Spec
+from dse.spec import MODEL_KEYS, Spec
 
 #: Input columns written per row (after ``point``), in this order.
 INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "micro_batch",
                  "global_batch", "seq_len", "recompute", "zero", "precision", "attention", "tp_overlap",
                  "dp_overlap", "pp_overlap")
+INFER_INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "batch", "input_len", "output_len",
+                       "precision", "kv_precision")
 SMALL_INT_COLUMNS = ("sp", "zero", "dp_overlap", "pp_overlap")
+CATEGORY_COLUMNS = {**CATEGORICAL, "kv_precision": codes.KV_PRECISION}
+
+
+def task_columns(spec: Spec) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(input columns, metric columns) of a sweep's rows."""
+    if spec.task == "infer":
+        return INFER_INPUT_COLUMNS, INFER_METRICS
+    return INPUT_COLUMNS, TRAIN_METRICS
 #: Reasons that mean "does not divide" (dropped by ``constraints.divisible``); exceeds_hbm is not one.
 DIVISIBILITY_REASONS = frozenset(i for i, r in enumerate(codes.REASONS) if r not in ("", "exceeds_hbm"))
 #: Rows evaluated per kernel call (bounded memory whatever the part size).
@@ -31,15 +42,16 @@ KERNEL_BATCH = 65536
 
 def schema(spec: Spec) -> pa.Schema:
     """Arrow schema of a sweep's parts (fixed by the spec, so every part has the same)."""
+    inputs, metrics = task_columns(spec)
     fields = [pa.field("point", pa.int64())]
-    for col in INPUT_COLUMNS:
-        if col in ("model", "system") or col in CAT_AXES:
+    for col in inputs:
+        if col in ("model", "system") or col in CATEGORY_COLUMNS:
             fields.append(pa.field(col, pa.dictionary(pa.int16(), pa.string())))
         elif col in SMALL_INT_COLUMNS:
             fields.append(pa.field(col, pa.int8()))
         else:
             fields.append(pa.field(col, pa.int32()))
-    fields += [pa.field(m, pa.float32()) for m in TRAIN_METRICS]
+    fields += [pa.field(m, pa.float32()) for m in metrics]
     fields += [pa.field("fits", pa.bool_()), pa.field("infeasible_reason", pa.dictionary(pa.int8(), pa.string()))]
     return pa.schema(fields)
 
@@ -49,11 +61,18 @@ def kernel_inputs(spec: Spec, cols: dict[str, np.ndarray]) -> tuple[dict[str, np
     n = len(cols["point"])
     model = cols["model"].astype(np.int64)
     x: dict[str, np.ndarray] = {k: spec.model_table[k].astype(DTYPE)[model] for k in MODEL_KEYS}
-    for key in TRAIN_INPUTS:
+    names = INFER_INPUTS if spec.task == "infer" else TRAIN_INPUTS
+    for key in names:
         if key in x:
             continue
         x[key] = cols[key].copy() if key in cols else np.full(n, np.nan, dtype=DTYPE)
-    fill_defaults(x)
+    if spec.task == "infer":
+        for key, default in (("tp", 1.0), ("pp", 1.0), ("dp", 1.0), ("kv_precision", float(codes.KV_AUTO)),
+                             ("precision", float(codes.PRECISION_BF16))):
+            x[key] = np.where(np.isnan(x[key]), default, x[key]).astype(DTYPE)
+        x["gpus"] = (x["tp"] * x["pp"] * x["dp"]).astype(DTYPE)
+    else:
+        fill_defaults(x)
     return x, cols["system"].astype(np.int64)
 
 
@@ -84,7 +103,7 @@ def _evaluate_batch(spec: Spec, grid: Grid, start: int, stop: int, feasible_only
         systems, points, model = systems[idx], cols["point"][idx], cols["model"][idx]
     else:
         points, model = cols["point"], cols["model"]
-    out = train_step(x, hw)
+    out = infer_step(x, hw) if spec.task == "infer" else train_step(x, hw)
     keep = np.ones(len(points), dtype=bool)
     reason = out["reason"]
     if spec.divisible:
@@ -109,7 +128,7 @@ def parquet_options(spec: Spec) -> dict[str, object]:
     whole evaluation and buys nothing."""
     sch = schema(spec)
     dictionary = [f.name for f in sch if pa.types.is_dictionary(f.type)]
-    statistics = [f.name for f in sch if f.name not in TRAIN_METRICS]
+    statistics = [f.name for f in sch if f.name not in task_columns(spec)[1]]
     return {"compression": "zstd", "compression_level": 1, "use_dictionary": dictionary,
             "write_statistics": statistics}
 
@@ -122,17 +141,18 @@ def _dictionary(codes_: np.ndarray, labels: tuple[str, ...], index_type: pa.Data
 def _table(spec: Spec, points: np.ndarray, model: np.ndarray, systems: np.ndarray, x: dict[str, np.ndarray],
            out: dict[str, np.ndarray]) -> pa.Table:
     sch = schema(spec)
+    inputs, metrics = task_columns(spec)
     arrays: list[pa.Array] = [pa.array(points, type=pa.int64())]
-    for col in INPUT_COLUMNS:
+    for col in inputs:
         if col == "model":
             arrays.append(_dictionary(model, spec.model_names, pa.int16()))
         elif col == "system":
             arrays.append(_dictionary(systems, hwcat.system_names(), pa.int16()))
-        elif col in CAT_AXES:
-            arrays.append(_dictionary(x[col], CATEGORICAL[col], pa.int16()))
+        elif col in CATEGORY_COLUMNS:
+            arrays.append(_dictionary(x[col], CATEGORY_COLUMNS[col], pa.int16()))
         else:
             arrays.append(pa.array(x[col].astype(sch.field(col).type.to_pandas_dtype())))
-    for m in TRAIN_METRICS:
+    for m in metrics:
         arrays.append(pa.array(out[m].astype(np.float32)))
     arrays.append(pa.array(out["fits"]))
     arrays.append(_dictionary(out["reason"], codes.REASONS, pa.int8()))

@@ -21,7 +21,7 @@ def test_space_loads(path):
 
 def test_required_spaces_exist():
     names = {p.stem for p in SPACES}
-    assert {"default", "gpt3-175b-a100-1024", "llama3-70b-h100", "scaling-gpus"} <= names
+    assert {"default", "gpt3-175b-a100-1024", "llama3-70b-h100", "scaling-gpus", "llama2-70b-inference"} <= names
 
 
 def test_default_space_is_a_few_hundred_thousand_points_and_sweeps(tmp_path):

@@ -150,7 +150,9 @@ CORPUS: dict[str, Bad] = {
     "error_in_second_subgrid": Bad(dump({"name": "tiny", "grids": [base_grid(), base_grid(tp=[4, 3.0])]}),
                                    key=("grids[1].tp",), value=("3.0",), allowed=("integers >= 1",)),
     # ---- name, task ---------------------------------------------------------------------------------------
-    "task_infer": Bad(spec_text(task="infer"), key=("task",), value=("'infer'",), allowed=("train",)),
+    "task_unknown": Bad(spec_text(task="serve"), key=("task",), value=("'serve'",), allowed=("train, infer",)),
+    "training_key_in_inference_grid": Bad(spec_text(task="infer"), key=("grid",),
+                                          allowed=("task 'infer'", "batch, input_len, output_len")),
     "name_escapes_results": Bad(spec_text(name="../x"), key=("name",), value=("'../x'",),
                                 allowed=("letters, digits",)),
     "description_not_text": Bad(spec_text(description=["a", "b"]), key=("description",), value=("['a', 'b']",),

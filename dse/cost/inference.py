@@ -204,6 +204,62 @@ def _infer(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one form
     }
 
 
+#: The ops of one transformer layer (plus the logits) reported by :func:`inference_ops`.
+OPS: tuple[str, ...] = ("qkv_proj", "attention", "out_proj", "ffn_up", "ffn_down", "logits")
+
+
+def inference_ops(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dict[str, dict[str, Array]]:
+    """FLOPs, HBM bytes, arithmetic intensity and the bound of every op, per GPU, for the prefill and for one
+    decode step (at the mean context), keyed ``"prefill/qkv_proj"`` etc.
+
+    An op is memory-bound when its arithmetic intensity F/B (FLOP/byte) is below the GPU's ridge point,
+    peak FLOP/s / peak bytes/s at the op's precision (Williams et al. 2009).  Attention runs in 16 bits.
+    """
+    names = INFER_INPUTS + HARDWARE_COLUMNS
+    arrays = np.broadcast_arrays(*[np.asarray(inputs[k], dtype=np.float64) for k in INFER_INPUTS],
+                                 *[np.asarray(hw[k], dtype=np.float64) for k in HARDWARE_COLUMNS])
+    x = dict(zip(names, arrays, strict=True))
+    h, t, f, V = x["hidden"], x["tp"], x["ffn_hidden"], x["vocab"]
+    E, k = x["experts"], x["top_k"]
+    moe = (E > 1) * 1.0
+    kk = 1.0 + moe * (k - 1.0)
+    d = h / x["heads"]
+    kvw = kv_width(h, x["heads"], x["kv_heads"])
+    n_qkv = (h + 2.0 * kvw) / t
+    n_fc1 = (mlp_matrices(x["mlp"]) - 1.0) * f / t
+    peak, _, act, wb = _rates(x)
+    hbm = x["hbm_bw"]
+    ridge = peak / np.where(hbm > 0, hbm, np.nan)
+    ridge16 = x["tensor_fp16_flops"] / np.where(hbm > 0, hbm, np.nan)
+    kv_heads_gpu = np.maximum(x["kv_heads"] / t, 1.0)
+    kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
+    b, s_in, s_out = x["batch"], x["input_len"], x["output_len"]
+    out: dict[str, dict[str, Array]] = {}
+    for phase, tokens in (("prefill", b * s_in), ("decode", b)):
+        visited = 1.0 + moe * (experts_visited(E, k, tokens) - 1.0)
+        tk = tokens * kk
+        ops = {
+            "qkv_proj": (gemm_flops(tokens, n_qkv, h), gemm_bytes(tokens, n_qkv, h, act, wb, 2.0), ridge),
+            "out_proj": (gemm_flops(tokens, h, h / t), gemm_bytes(tokens, h, h / t, act, wb, 2.0), ridge),
+            "ffn_up": (gemm_flops(tk, n_fc1, h), gemm_bytes(tk, n_fc1, h, act, wb * visited, 2.0), ridge),
+            "ffn_down": (gemm_flops(tk, h, f / t), gemm_bytes(tk, h, f / t, act, wb * visited, 2.0), ridge),
+            "logits": (gemm_flops(b, V / t, h), gemm_bytes(b, V / t, h, 2.0, 2.0, 2.0), ridge16),
+        }
+        if phase == "prefill":
+            ops["attention"] = (K.CAUSAL_FRACTION * 4.0 * b * s_in * s_in * h / t,
+                                2.0 * b * s_in * (h / t + 2.0 * kv_heads_gpu * d) * 2.0, ridge16)
+        else:
+            ctx = s_in + 0.5 * s_out
+            ops["attention"] = (4.0 * b * ctx * h / t, b * ctx * 2.0 * kv_heads_gpu * d * kv_b + 4.0 * b * h / t * 2.0,
+                                ridge16)
+        for name in OPS:
+            flops, nbytes, rp = ops[name]
+            intensity = flops / nbytes
+            out[f"{phase}/{name}"] = {"flops": flops, "bytes": nbytes, "intensity": intensity, "ridge": rp,
+                                      "memory_bound": intensity < rp}
+    return out
+
+
 def _infer_reason(x: dict[str, Array]) -> Array:
     """First failing check (0 = feasible), codes into :data:`dse.codes.REASONS`."""
     L, h, a, g = x["layers"], x["hidden"], x["heads"], x["kv_heads"]
