@@ -32,6 +32,8 @@ EXPLAIN_OPTIONS: dict[str, str] = {
     "recompute": "none|selective|full", "zero": "0..3", "precision": "fp16|bf16|fp8|fp4|int8|int4",
     "attention": "flash|standard", "tp_overlap": "none|backward|full", "dp_overlap": "0|1", "pp_overlap": "0|1",
     "tied_embeddings": "0|1",
+    "finetune": "full|lora|qlora", "lora_rank": "int", "lora_targets": "all|attention|qv",
+    "offload": "none|optimizer|all",
     "batch": "int", "input_len": "int", "output_len": "int",
     "kv_precision": "auto|fp16|bf16|fp8|int8|int4",
 }

@@ -41,6 +41,17 @@ ATTENTION_FLASH, ATTENTION_STANDARD = 0, 1
 TP_OVERLAP: tuple[str, ...] = ("none", "backward", "full")
 TP_OVERLAP_NONE, TP_OVERLAP_BACKWARD, TP_OVERLAP_FULL = 0, 1, 2
 
+#: What is trained: every weight (full), low-rank adapters on frozen 16-bit weights (lora, Hu et al. 2021),
+#: or adapters on frozen 4-bit NF4 weights dequantized on the fly (qlora, Dettmers et al. 2023).
+FINETUNE: tuple[str, ...] = ("full", "lora", "qlora")
+FINETUNE_FULL, FINETUNE_LORA, FINETUNE_QLORA = 0, 1, 2
+#: Which projections carry adapters: every linear layer (QLoRA's choice), the attention ones, or Q and V
+#: (the LoRA paper's choice).
+LORA_TARGETS: tuple[str, ...] = ("all", "attention", "qv")
+#: What lives in CPU memory (ZeRO-Offload / ZeRO-Infinity): nothing, the optimizer (states, master weights,
+#: the step itself on the CPU), or the optimizer and the weights (streamed to the GPU layer by layer).
+OFFLOAD: tuple[str, ...] = ("none", "optimizer", "all")
+
 #: Reasons a configuration has no answer.  Code 0 means feasible.  The order is the order of the checks:
 #: the first failing check is reported.
 REASONS: tuple[str, ...] = (

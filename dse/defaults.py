@@ -14,6 +14,9 @@ CATEGORICAL_DEFAULTS: dict[str, str] = {
     "precision": "bf16",
     "attention": "flash",
     "tp_overlap": "full",
+    "finetune": "full",
+    "lora_targets": "all",
+    "offload": "none",
 }
 #: Vocabulary of each categorical input.
 CATEGORICAL: dict[str, tuple[str, ...]] = {
@@ -22,6 +25,9 @@ CATEGORICAL: dict[str, tuple[str, ...]] = {
     "precision": codes.PRECISION,
     "attention": codes.ATTENTION,
     "tp_overlap": codes.TP_OVERLAP,
+    "finetune": codes.FINETUNE,
+    "lora_targets": codes.LORA_TARGETS,
+    "offload": codes.OFFLOAD,
 }
 
 #: The defaults, as documented in the README ("Inputs, defaults and optional knobs").
@@ -47,7 +53,16 @@ DEFAULTS_DOC: dict[str, str] = {
     "dp_overlap": "1 (gradient reduce-scatter / parameter all-gather overlapped)",
     "pp_overlap": "1 (pipeline send/recv overlapped with compute)",
     "tied_embeddings": "the catalog's value when `model` names a catalogued model with the same dimensions, else 0",
+    "finetune": "full (every weight trained)",
+    "lora_rank": "16 (for lora / qlora)",
+    "lora_targets": "all (adapters on every linear layer, as QLoRA)",
+    "offload": "none",
 }
+
+
+#: Adapter rank when lora / qlora is asked without one.  ASSUMPTION: 16, between the LoRA paper's 4-8 and
+#: QLoRA's 64 (Hu et al. 2021; Dettmers et al. 2023).
+DEFAULT_LORA_RANK = 16.0
 
 
 def fill_defaults(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -75,6 +90,7 @@ def fill_defaults(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     fill("dp_overlap", 1.0)
     fill("pp_overlap", 1.0)
     fill("tied_embeddings", 0.0)
+    fill("lora_rank", DEFAULT_LORA_RANK)
     for key, name in CATEGORICAL_DEFAULTS.items():
         fill(key, float(CATEGORICAL[key].index(name)))
     return x

@@ -26,6 +26,7 @@ TIME_LABELS = {
     "time_bubble_s": "pipeline bubble",
     "time_dp_comm_s": "data-parallel sync (exposed)",
     "time_optimizer_s": "optimizer step",
+    "time_offload_s": "CPU offload (copies, CPU Adam; exposed)",
 }
 LAYER_LABELS = {
     "layer_gemm_ms": "GEMMs",
@@ -104,7 +105,10 @@ def format_explain(row: pd.Series) -> str:
         f"cp={int(row['cp'])} ep={int(row['ep'])} vpp={int(row['vpp'])} sp={int(row['sp'])}; "
         f"micro_batch={int(row['micro_batch'])} global_batch={int(row['global_batch'])} "
         f"seq_len={int(row['seq_len'])}; recompute={row['recompute']} zero={int(row['zero'])} "
-        f"precision={row['precision']} attention={row['attention']} tp_overlap={row['tp_overlap']}")
+        f"precision={row['precision']} attention={row['attention']} tp_overlap={row['tp_overlap']}"
+        + (f"; finetune={row['finetune']} lora_rank={int(row['lora_rank'])} lora_targets={row['lora_targets']}"
+           if row.get("finetune", "full") != "full" else "")
+        + (f"; offload={row['offload']}" if row.get("offload", "none") != "none" else ""))
     reason = str(row["infeasible_reason"])
     if not np.isfinite(float(row["step_time_s"])):
         lines.append(f"\nNo answer for this configuration: {reason}")

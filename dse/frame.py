@@ -24,14 +24,14 @@ DIMENSION_COLUMNS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "voc
 PARALLEL_COLUMNS = ("gpus", "tp", "pp", "dp", "cp", "ep", "vpp")
 TRAIN_COLUMNS = ("sp", "micro_batch", "global_batch", "seq_len", "recompute", "zero", "precision")
 #: Knobs of this model that the reference schema does not have; a table may add them as columns.
-OPTIONAL_KNOBS = ("attention", "tp_overlap", "dp_overlap", "pp_overlap", "tied_embeddings")
+OPTIONAL_KNOBS = ("attention", "tp_overlap", "dp_overlap", "pp_overlap", "tied_embeddings", "lora_targets", "offload")
 
 #: Integer columns: (minimum allowed value).
 INTEGER_MIN: dict[str, int] = {
     "layers": 1, "hidden": 1, "heads": 1, "kv_heads": 1, "ffn_hidden": 1, "vocab": 1, "experts": 1,
     "top_k": 1, "gpus": 1, "tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": 1,
     "global_batch": 1, "seq_len": 1, "sp": 0, "zero": 0, "dp_overlap": 0, "pp_overlap": 0,
-    "tied_embeddings": 0, "batch": 1, "input_len": 1, "output_len": 0,
+    "tied_embeddings": 0, "batch": 1, "input_len": 1, "output_len": 0, "lora_rank": 1,
 }
 INTEGER_MAX: dict[str, int] = {"sp": 1, "zero": 3, "dp_overlap": 1, "pp_overlap": 1, "tied_embeddings": 1}
 
@@ -175,11 +175,11 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
         x[name] = v.to_numpy()
     optional = ("kv_heads", "ffn_hidden", "experts", "top_k", "cp", "ep", "vpp", "micro_batch", "sp", "zero", "dp",
                 "gpus", "dp_overlap", "pp_overlap", "tied_embeddings", "mlp", "recompute", "precision", "attention",
-                "tp_overlap")
+                "tp_overlap", "finetune", "lora_rank", "lora_targets", "offload")
     work = frame.assign(**{k: column_or_empty(k) for k in optional})
     ints = {k: _integers(work, k, source).to_numpy() for k in (
         "kv_heads", "ffn_hidden", "experts", "top_k", "cp", "ep", "vpp", "micro_batch", "sp", "zero", "dp",
-        "gpus", "dp_overlap", "pp_overlap", "tied_embeddings")}
+        "gpus", "dp_overlap", "pp_overlap", "tied_embeddings", "lora_rank")}
 
     both_missing = np.isnan(ints["dp"]) & np.isnan(ints["gpus"])
     if both_missing.any():

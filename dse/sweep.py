@@ -22,7 +22,7 @@ from dse.spec import MODEL_KEYS, Spec
 #: Input columns written per row (after ``point``), in this order.
 INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "micro_batch",
                  "global_batch", "seq_len", "recompute", "zero", "precision", "attention", "tp_overlap",
-                 "dp_overlap", "pp_overlap")
+                 "dp_overlap", "pp_overlap", "finetune", "lora_rank", "lora_targets", "offload")
 INFER_INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "batch", "input_len", "output_len",
                        "precision", "kv_precision")
 SMALL_INT_COLUMNS = ("sp", "zero", "dp_overlap", "pp_overlap")

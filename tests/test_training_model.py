@@ -92,6 +92,8 @@ def configs(draw):
         "attention": draw(st.integers(0, 1)) if cp == 1 else codes.ATTENTION_FLASH,
         "tp_overlap": draw(st.integers(0, 2)), "dp_overlap": draw(st.integers(0, 1)),
         "pp_overlap": draw(st.integers(0, 1)),
+        "finetune": draw(st.sampled_from([0, 0, 1, 2])), "lora_rank": draw(st.sampled_from([8, 16, 64])),
+        "lora_targets": draw(st.integers(0, 2)), "offload": draw(st.sampled_from([0, 0, 1, 2])),
     }
     system = SYSTEMS.index(draw(st.sampled_from(["a100-sxm-80gb", "h100-sxm-80gb", "b200", "gb200-nvl72"])))
     return x, system
@@ -176,6 +178,31 @@ def test_python_api_adds_every_output_column(ref):
         assert column in out.columns
     assert np.isfinite(out["tokens_per_s_per_gpu"]).all()
     assert list(out.columns[: len(config.columns)]) == list(config.columns)
+
+
+@FAST
+@given(configs())
+def test_lora_trains_fewer_parameters_with_less_memory_and_no_more_time(cfg):
+    """Adapters on frozen weights: fewer trainable parameters, less model-state memory, no slower step
+    (the frozen weights skip their weight-gradient GEMMs); QLoRA holds the smallest weights."""
+    x, system = cfg
+    x = {**x, "offload": 0}
+    out = _variants(x, system, "finetune", [codes.FINETUNE_FULL, codes.FINETUNE_LORA, codes.FINETUNE_QLORA])
+    if np.isfinite(out["step_time_s"]).all():
+        assert out["params_trainable"][1] < out["params_trainable"][0]
+        assert out["mem_optimizer_bytes"][1] < out["mem_optimizer_bytes"][0]
+        assert out["mem_weights_bytes"][2] < out["mem_weights_bytes"][1]
+        assert out["time_compute_s"][1] <= out["time_compute_s"][0] * (1 + 1e-6)
+
+
+@FAST
+@given(configs())
+def test_offloading_the_optimizer_frees_its_gpu_memory(cfg):
+    x, system = cfg
+    out = _variants(x, system, "offload", [0, 1])
+    if np.isfinite(out["step_time_s"]).all():
+        assert out["mem_optimizer_bytes"][1] == 0 <= out["mem_optimizer_bytes"][0]
+        assert out["time_offload_s"][1] > 0 == out["time_offload_s"][0]
 
 
 def test_python_api_accepts_a_model_name_only():

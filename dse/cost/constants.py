@@ -50,3 +50,15 @@ ADAM_BYTES_PER_PARAM = 32.0
 #: Memory the framework holds besides model states and activations: CUDA context, NCCL buffers and
 #: allocator fragmentation.  ASSUMPTION (not sourced): 2 GB; documented in the README.
 RUNTIME_RESERVED_BYTES = 2.0e9
+
+#: QLoRA weight storage: 4-bit NormalFloat plus double-quantized block constants, 4.127 bits per weight
+#: (Dettmers et al. 2023, arXiv 2305.14314 §3: "reduces the memory footprint ... from 0.5 bits to 0.127 bits
+#: per parameter" for the constants) = 0.516 bytes.
+QLORA_WEIGHT_BYTES = 4.127 / 8.0
+#: Dequantizing a QLoRA weight before its GEMM reads its 4-bit form and writes a 16-bit copy: bytes per weight
+#: and use (forward, backward input-gradient, recomputed forward).
+QLORA_DEQUANT_BYTES = QLORA_WEIGHT_BYTES + 2.0
+
+#: CPU memory bandwidth available to one GPU's offloaded Adam step.  ASSUMPTION (not sourced): a two-socket
+#: server's ~200 GB/s DDR bandwidth shared by 8 GPUs, 25 GB/s.
+HOST_OPTIMIZER_BYTES_PER_S = 25.0e9

@@ -78,6 +78,7 @@ TRAIN_INPUTS: tuple[str, ...] = (
     "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts", "top_k",
     "tied_embeddings", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "micro_batch", "global_batch",
     "seq_len", "recompute", "zero", "precision", "attention", "tp_overlap", "dp_overlap", "pp_overlap",
+    "finetune", "lora_rank", "lora_targets", "offload",
 )
 
 #: Metric outputs (NaN on configurations that do not divide).
@@ -87,8 +88,8 @@ TRAIN_METRICS: tuple[str, ...] = (
     "layer_elementwise_ms", "layer_recompute_ms", "layer_tp_comm_ms", "layer_cp_comm_ms", "layer_ep_comm_ms",
     "microbatches",
     "time_compute_s", "time_recompute_s", "time_tp_comm_s", "time_cp_comm_s", "time_ep_comm_s",
-    "time_pp_comm_s", "time_bubble_s", "time_dp_comm_s", "time_optimizer_s",
-    "params_total", "params_per_gpu",
+    "time_pp_comm_s", "time_bubble_s", "time_dp_comm_s", "time_optimizer_s", "time_offload_s",
+    "params_total", "params_per_gpu", "params_trainable",
     "mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes",
     "mem_buffers_bytes", "mem_total_bytes",
 )
@@ -96,7 +97,7 @@ TRAIN_METRICS: tuple[str, ...] = (
 #: Components whose sum is ``step_time_s`` exactly.
 TIME_BREAKDOWN: tuple[str, ...] = (
     "time_compute_s", "time_recompute_s", "time_tp_comm_s", "time_cp_comm_s", "time_ep_comm_s",
-    "time_pp_comm_s", "time_bubble_s", "time_dp_comm_s", "time_optimizer_s",
+    "time_pp_comm_s", "time_bubble_s", "time_dp_comm_s", "time_optimizer_s", "time_offload_s",
 )
 
 #: Components whose sum is ``layer_time_ms`` exactly.
@@ -182,6 +183,10 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     untied = (x["tied_embeddings"] <= 0).astype(f64)
     swiglu = (mlp == codes.MLP_SWIGLU).astype(f64)
     z1, z3 = (zero >= 1).astype(f64), (zero >= 3).astype(f64)
+    peft = (x["finetune"] >= codes.FINETUNE_LORA).astype(f64)  # adapters on frozen weights
+    qlora = (x["finetune"] == codes.FINETUNE_QLORA).astype(f64)
+    off_opt = (x["offload"] >= 1).astype(f64)
+    off_all = (x["offload"] >= 2).astype(f64)
 
     # ---- shapes -----------------------------------------------------------------------------------------
     kk = 1.0 + moe * (topk - 1.0)  # expert visits per token
@@ -211,8 +216,22 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
         + roofline_time(gemm_flops(tk, h, f / t), gemm_bytes(tk, h, f / t, ob, w_experts, 2.0), mm_rate, mem_rate)
         + moe * gemm_flops(T, E, h) / rate16  # router
     )
-    gemm_bwd = 2.0 * gemm_fwd
-    wgrad = gemm_fwd
+    # ---- LoRA / QLoRA: rank-r adapters B·A on the target projections (Hu et al. 2021) -----------------
+    # An adapter on a d_in×d_out weight holds r·(d_in + d_out) parameters and costs 2·r·(d_in + d_out) FLOPs
+    # per token forward.  The frozen weights need no weight gradient: their backward is the input-gradient
+    # GEMM only, half of full training's.
+    r = x["lora_rank"]
+    targets = x["lora_targets"]
+    attn_io = pick((targets == 2) * 1.0, (h + h) + (h + kvw), (h + h + 2.0 * kvw) + (h + h))
+    mlp_io = (targets == 0) * ((h + (n_mlp - 1.0) * f) + (f + h))
+    adapter_layer = r * (attn_io + mlp_io * (1.0 + moe * (E / e - 1.0))) / t  # parameters per GPU and layer
+    adapter_fwd = peft * gemm_flops(T, r, attn_io + mlp_io * kk) / t / mm_rate
+    p_base_layer = (h * (2.0 * h + 2.0 * kvw) + (1.0 + moe * (E / e - 1.0)) * expert_params(h, f, mlp)) / t \
+        + moe * h * E
+    dequant = qlora * K.QLORA_DEQUANT_BYTES * p_base_layer / mem_rate  # per use of the weights
+    gemm_bwd = pick(peft, gemm_fwd + 2.0 * adapter_fwd + dequant, 2.0 * gemm_fwd)
+    wgrad = pick(peft, 2.0 * adapter_fwd, gemm_fwd)
+    gemm_fwd = gemm_fwd + adapter_fwd + dequant
 
     # ---- attention core ---------------------------------------------------------------------------------
     flash_fwd = K.CAUSAL_FRACTION * 4.0 * b * (s / c) * s * h / t / hw["attention_rate"]
@@ -301,42 +320,80 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     p_stage = lps * p_layer + p_embed * (1.0 + single * untied)
     p_expert = moe * lps * p_expert_layer
     p_dense = p_stage - p_expert
+    # what the optimizer updates: every weight, or (LoRA / QLoRA) only the adapters, all synced as dense
+    p_adapters = lps * adapter_layer
+    p_train = pick(peft, p_adapters, p_stage)
+    p_dense_train = pick(peft, p_adapters, p_dense)
+    p_expert_train = (1.0 - peft) * p_expert
+    # bytes of the weights a GPU holds: 16-bit, or QLoRA's 4-bit layers with 16-bit embeddings and adapters
+    weight_stage_bytes = pick(qlora, K.QLORA_WEIGHT_BYTES * lps * p_layer + 2.0 * (p_stage - lps * p_layer),
+                              2.0 * p_stage) + peft * 2.0 * p_adapters
 
     # ---- data parallel synchronisation and optimizer ----------------------------------------------------
     dpc = d * c
     edp = dpc / e
     dense_links = group_links(t, dpc, hw)
     expert_links = group_links(t * c * e, edp, hw)
-    g_dense, g_expert = GRAD_COMM_BYTES * p_dense, GRAD_COMM_BYTES * p_expert
+    g_dense, g_expert = GRAD_COMM_BYTES * p_dense_train, GRAD_COMM_BYTES * p_expert_train
     grad_sync = pick(
         z1,
         reduce_scatter_time(g_dense, dpc, dense_links) + reduce_scatter_time(g_expert, edp, expert_links),
         allreduce_time(g_dense, dpc, dense_links) + allreduce_time(g_expert, edp, expert_links),
     )
-    param_gather = z1 * (allgather_time(2.0 * p_dense, dpc, dense_links)
-                         + allgather_time(2.0 * p_expert, edp, expert_links))
+    param_gather = z1 * (allgather_time(2.0 * p_dense_train, dpc, dense_links)
+                         + allgather_time(2.0 * p_expert_train, edp, expert_links))
+    # ZeRO-3 gathers every held weight (trainable or frozen) for each micro-batch's forward and backward
+    weight_gather = z3 * allgather_time(weight_stage_bytes, dpc, dense_links)
     bwd_window = lps * (bwd_compute + recompute)
     fwd_window = lps * fwd_compute
-    grad_exposed = grad_sync - dp_overlap * np.minimum(grad_sync, bwd_window)
-    gather_once = param_gather - dp_overlap * np.minimum(param_gather, fwd_window)
-    dp_exposed_z012 = grad_exposed + gather_once
-    # ZeRO-3 gathers the weights for every micro-batch's forward and backward, hidden behind that
-    # micro-batch's compute; the last micro-batch shares its window with the gradient reduce-scatter.
-    gathers = 2.0 * param_gather
-    z3_last = gathers + grad_sync
-    dp_exposed_z3 = ((m - 1.0) * (gathers - dp_overlap * np.minimum(gathers, stage_compute))
-                     + z3_last - dp_overlap * np.minimum(z3_last, stage_compute))
-    dp_exposed = pick(z3, dp_exposed_z3, dp_exposed_z012)
-    opt_params = p_stage / (1.0 + z1 * (dpc - 1.0))
-    t_opt = opt_params * K.ADAM_BYTES_PER_PARAM / mem_rate
+    opt_params = p_train / (1.0 + z1 * (dpc - 1.0))
+    t_opt_gpu = opt_params * K.ADAM_BYTES_PER_PARAM / mem_rate
 
-    step = t_pipe + dp_exposed + t_opt
+    # ---- CPU offload (ZeRO-Offload, Ren et al. 2021; ZeRO-Infinity, Rajbhandari et al. 2021) --------------
+    # optimizer: gradients go to the CPU under the last backward, the CPU runs Adam, updated 16-bit weights
+    # come back before the next forward.  all: the weights also live on the CPU and are streamed in for every
+    # micro-batch's forward and backward, prefetched under the compute.
+    host = hw["host_bw"]
+    d2h = off_opt * GRAD_COMM_BYTES * opt_params / host
+    h2d = off_opt * 2.0 * opt_params / host
+    cpu_adam = off_opt * opt_params * K.ADAM_BYTES_PER_PARAM / K.HOST_OPTIMIZER_BYTES_PER_S
+    stream = off_all * 2.0 * weight_stage_bytes / host  # forward and backward of one micro-batch
+
+    # ---- what the compute hides -----------------------------------------------------------------------
+    # Per micro-batch, transfers on different links (NIC for data-parallel sync, PCIe for offload) proceed at
+    # once behind that micro-batch's compute: the longest sets the exposed time.  ZeRO-1/2's parameter
+    # all-gather hides under the first forward, the gradient reduction under the last backward (ZeRO-3:
+    # its gathers under every micro-batch).  Without dp_overlap the data-parallel transfers are serial.
+    z12 = z1 * (1.0 - z3)
+    gathers = 2.0 * weight_gather  # ZeRO-3: forward and backward of one micro-batch
+    nic_last = grad_sync + gathers
+
+    def exposed(stream_: Array, d2h_: Array) -> Array:
+        regular = np.maximum(0.0, np.maximum(dp_overlap * gathers - stage_compute, stream_ - stage_compute))
+        first = np.maximum(regular, dp_overlap * z12 * param_gather - fwd_window)
+        last = np.maximum(dp_overlap * nic_last - pick(z3, stage_compute, bwd_window),
+                          d2h_ + stream_ - stage_compute)
+        only = np.maximum(np.maximum(first, last), 0.0)
+        many = np.maximum(first, 0.0) + np.maximum(m - 2.0, 0.0) * regular + np.maximum(last, 0.0)
+        return pick((m <= 1) * 1.0, only, many)
+
+    serial_dp = (1.0 - dp_overlap) * (m * gathers + grad_sync + z12 * param_gather)
+    hidden_dp = exposed(0.0 * stream, 0.0 * d2h)
+    dp_exposed = serial_dp + hidden_dp
+    offload = cpu_adam + h2d + exposed(stream, d2h) - hidden_dp
+    t_opt = (1.0 - off_opt) * t_opt_gpu
+
+    step = t_pipe + dp_exposed + t_opt + offload
 
     # ---- outputs ----------------------------------------------------------------------------------------
     tokens = B * s
     params_total = L * (p_attn + E * p_one_expert + p_router) + V * h * (1.0 + untied)
     p_active = p_attn + kk * p_one_expert + p_router
     mflops = model_flops_per_token(L, p_active, s, h, V) * tokens
+    # LoRA / QLoRA execute the forward and the input gradient of the frozen model (2/3 of full training's
+    # FLOPs, no weight gradient) plus forward and both gradients of the adapters
+    adapter_flops = 3.0 * L * gemm_flops(1.0, r, attn_io + mlp_io * kk) * tokens
+    mflops = pick(peft, mflops * (2.0 / 3.0) + adapter_flops, mflops)
     hflops = mflops + recompute_flops_per_token(L, p_active, s, h, full, selective) * tokens
     gpu_seconds = step * gpus
 
@@ -368,8 +425,10 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
         "time_bubble_s": bubble,
         "time_dp_comm_s": dp_exposed,
         "time_optimizer_s": t_opt,
+        "time_offload_s": offload,
         "params_total": params_total,
         "params_per_gpu": p_stage,
+        "params_trainable": pick(peft, L * adapter_layer * t, params_total),
     }
 
     # ---- memory of the first and the last pipeline stage; the larger one is reported --------------------
@@ -382,9 +441,10 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     act_first = inflight_layer_microbatches(m, p, v, L) * act_layer + act_transient + single * logits
     act_last = inflight_layer_microbatches_last_stage(m, p, v, L) * act_layer + act_transient + logits
     act = np.maximum(act_first, act_last)  # both stages hold p_stage parameters
-    weights = weight_bytes(p_stage, dpc, zero)
-    grads = gradient_bytes(p_stage, dpc, zero)
-    optim = optimizer_bytes(p_stage, dpc, zero)
+    weights = weight_bytes(weight_stage_bytes / 2.0, dpc, zero)  # memory.weight_bytes counts 2 bytes each
+    weights = pick(off_all, 2.0 * (weight_stage_bytes / lps), weights)  # offloaded: two layers on the GPU
+    grads = gradient_bytes(p_train, dpc, zero)
+    optim = (1.0 - off_opt) * optimizer_bytes(p_train, dpc, zero)
     buffers = K.RUNTIME_RESERVED_BYTES + z3 * (2.0 * 2.0 * p_layer)  # ZeRO-3 prefetches two layers
     total = weights + grads + optim + act + buffers
     out.update({

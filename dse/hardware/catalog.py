@@ -25,6 +25,7 @@ HARDWARE_COLUMNS: tuple[str, ...] = (
     "matmul_fp4_rate",
     "attention_rate",
     "memory_rate",
+    "hbm_bw",
     "hbm_bytes",
     "scaleup_gpus",
     "scaleup_ring_bw",
@@ -36,6 +37,7 @@ HARDWARE_COLUMNS: tuple[str, ...] = (
     "infer_matmul_fp8_rate",
     "infer_matmul_fp4_rate",
     "layer_overhead_s",
+    "host_bw",
 )
 
 EFFICIENCY_COLUMNS: tuple[str, ...] = (
@@ -58,6 +60,11 @@ EFFICIENCY_COLUMNS: tuple[str, ...] = (
 FRACTION_COLUMNS = EFFICIENCY_COLUMNS[:11]
 
 
+#: Achieved fraction of the CPU-GPU link rate for offload copies (pinned-memory DMA).  ASSUMPTION: 0.8, not
+#: sourced; it only matters with ``offload``.
+HOST_LINK_EFFICIENCY = 0.8
+
+
 class CatalogError(ValueError):
     """A catalog file is malformed (names the file, the row and the column)."""
 
@@ -74,7 +81,7 @@ def systems() -> pd.DataFrame:
     frame = _read_csv("systems.csv")
     numeric = [
         "tensor_fp16_tflops", "tensor_fp8_tflops", "tensor_fp4_tflops", "vector_fp32_tflops", "hbm_gb",
-        "hbm_tbps", "scaleup_gpus", "scaleup_gbps", "scaleout_gbit", "tdp_w",
+        "hbm_tbps", "scaleup_gpus", "scaleup_gbps", "scaleout_gbit", "host_gbps", "p2p", "tdp_w",
     ]
     for col in numeric:
         frame[col] = pd.to_numeric(frame[col], errors="raise").astype(np.float64)
@@ -124,6 +131,7 @@ def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "matmul_fp4_rate": z(raw["tensor_fp4_flops"] * raw["matmul_eff_fp4"]),
         "attention_rate": z(raw["tensor_fp16_flops"] * raw["attention_eff"]),
         "memory_rate": z(raw["hbm_bw"] * raw["memory_eff"]),
+        "hbm_bw": z(raw["hbm_bw"]),
         "hbm_bytes": z(raw["hbm_bytes"]),
         "scaleup_gpus": z(raw["scaleup_gpus"]),
         "scaleup_ring_bw": z(raw["scaleup_bw"] * raw["scaleup_ring_eff"]),
@@ -136,6 +144,7 @@ def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "infer_matmul_fp8_rate": z(raw["tensor_fp8_flops"] * raw["infer_matmul_eff_fp8"]),
         "infer_matmul_fp4_rate": z(raw["tensor_fp4_flops"] * raw["infer_matmul_eff_fp4"]),
         "layer_overhead_s": z(raw["layer_overhead_s"]),
+        "host_bw": z(raw["host_bw"] * HOST_LINK_EFFICIENCY),
     }
 
 
@@ -162,7 +171,10 @@ def raw_table(overrides: tuple[tuple[str, str, float], ...] = ()) -> dict[str, n
         "hbm_bytes": sysf["hbm_gb"].to_numpy() * 2.0**30,
         "hbm_bw": sysf["hbm_tbps"].to_numpy() * 1e12,
         "scaleup_gpus": sysf["scaleup_gpus"].to_numpy(),
-        "scaleup_bw": sysf["scaleup_gbps"].to_numpy() * 1e9,
+        # without GPU peer-to-peer (GeForce RTX 4090) collectives stage through host memory: every byte
+        # crosses the PCIe link twice, half the rate (ASSUMPTION, see systems.csv notes)
+        "scaleup_bw": sysf["scaleup_gbps"].to_numpy() * 1e9 * np.where(sysf["p2p"].to_numpy() > 0, 1.0, 0.5),
+        "host_bw": sysf["host_gbps"].to_numpy() * 1e9,
         "scaleout_bw": sysf["scaleout_gbit"].to_numpy() * 1e9 / 8.0,
         "scaleup_latency_s": g["scaleup_latency_us"].to_numpy() * 1e-6,
         "scaleout_latency_s": g["scaleout_latency_us"].to_numpy() * 1e-6,
