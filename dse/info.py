@@ -8,10 +8,12 @@ import pandas as pd
 import pyarrow.parquet as pq
 import yaml
 
+from dse.cost.inference import INFER_METRICS
 from dse.cost.training import TRAIN_METRICS
 from dse.spec import SpecError
 
-HIGH_IS_BETTER = ("tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu")
+HIGH_IS_BETTER = ("tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu",
+                  "output_tokens_per_s", "output_tokens_per_s_per_gpu", "max_batch")
 
 
 def load(path: str | Path, columns: list[str] | None = None) -> pd.DataFrame:
@@ -28,8 +30,6 @@ def format_info(path: str | Path, metric: str = "step_time_s", top: int = 10, by
     spec_file = root / SPEC_FILE
     if not root.is_dir() or not spec_file.exists():
         raise SpecError(f"{root}: not a results directory written by `dse run` (no _spec.yaml)")
-    if metric not in TRAIN_METRICS:
-        raise SpecError(f"--metric: value {metric!r} is not allowed; allowed: {', '.join(TRAIN_METRICS)}")
     meta = yaml.safe_load(spec_file.read_text(encoding="utf-8")) or {}
     parts = sorted(root.glob("part-*.parquet"))
     rows = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
@@ -38,9 +38,17 @@ def format_info(path: str | Path, metric: str = "step_time_s", top: int = 10, by
              f"grid points {meta.get('points', 0):,}; parts {len(parts)} of {meta.get('parts')}; rows {rows:,}"]
     if not parts:
         return "\n".join(lines)
-    cols = ["model", "system", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "micro_batch", "global_batch",
-            "recompute", "zero", "precision", metric, "mem_total_bytes", "fits", "infeasible_reason"]
-    frame = load(root, columns=list(dict.fromkeys(cols + ["step_time_s"])))
+    schema = pq.read_schema(parts[0])
+    inputs = [c for c in schema.names if c not in TRAIN_METRICS and c not in INFER_METRICS
+              and c not in ("point", "fits", "infeasible_reason")]
+    if metric not in schema.names:
+        raise SpecError(f"--metric: value {metric!r} is not a column of {root}; allowed: "
+                        f"{', '.join(c for c in schema.names if c in TRAIN_METRICS or c in INFER_METRICS)}")
+    frame = load(root, columns=list(dict.fromkeys([*inputs, metric, "mem_total_bytes", "fits", "infeasible_reason"])))
+    # show the inputs the sweep varies (and the layout), not the constant ones
+    shown = [c for c in inputs if c in ("model", "system", "gpus", "tp", "pp", "dp") or frame[c].nunique() > 1]
+    frame = frame[[*shown, metric, "mem_total_bytes", "fits", "infeasible_reason"]]
+    cols = list(frame.columns)
     feasible = frame[frame["fits"]]
     lines.append(f"feasible rows (divide and fit) {len(feasible):,}; reasons of the others: "
                  + ", ".join(f"{k} {v:,}" for k, v in frame.loc[~frame["fits"], "infeasible_reason"]
