@@ -67,6 +67,22 @@ FILTER_INPUT_COLUMNS = (*GRID_KEYS, *MODEL_DIMENSIONS)
 FILTER_OUTPUT_COLUMNS = (*TRAIN_METRICS, "fits")
 
 
+#: Technology axes that derive hypothetical hardware from a catalogued base ``system`` (dse.hardware.derive):
+#: categorical ones index technology_nodes/*.csv, numeric ones replace the base's value.
+TECH_CAT_AXES = ("node", "memory_tech", "network_tech", "scaleout_tech")
+TECH_INT_AXES: dict[str, tuple[int, int | None]] = {
+    "memory_devices": (1, 64), "dies": (1, 16), "die_area_mm2": (1, 5000), "power_w": (1, 100000),
+}
+
+
+def tech_vocabulary(name: str) -> tuple[str, ...]:
+    """Ids allowed on a technology axis (read from technology_nodes/ on first use)."""
+    from dse.hardware import technology as tech
+
+    return {"node": tech.node_names, "memory_tech": tech.memory_names, "network_tech": tech.network_names,
+            "scaleout_tech": tech.network_names}[name]()
+
+
 @dataclass(frozen=True)
 class TaskKeys:
     """What a sub-grid of a task may hold and what its filters may name."""
@@ -80,9 +96,10 @@ class TaskKeys:
 
 
 TASKS: dict[str, TaskKeys] = {
-    "train": TaskKeys(INT_AXES, CAT_AXES, GRID_KEYS, REQUIRED_GRID_KEYS, FILTER_INPUT_COLUMNS,
-                      FILTER_OUTPUT_COLUMNS),
-    "infer": TaskKeys(INFER_INT_AXES, INFER_CAT_AXES, INFER_GRID_KEYS, INFER_REQUIRED_GRID_KEYS,
+    "train": TaskKeys({**INT_AXES, **TECH_INT_AXES}, CAT_AXES, (*GRID_KEYS, *TECH_CAT_AXES, *TECH_INT_AXES),
+                      REQUIRED_GRID_KEYS, FILTER_INPUT_COLUMNS, FILTER_OUTPUT_COLUMNS),
+    "infer": TaskKeys({**INFER_INT_AXES, **TECH_INT_AXES}, INFER_CAT_AXES,
+                      (*INFER_GRID_KEYS, *TECH_CAT_AXES, *TECH_INT_AXES), INFER_REQUIRED_GRID_KEYS,
                       (*INFER_GRID_KEYS, "gpus", *MODEL_DIMENSIONS), (*INFER_METRICS, "fits")),
 }
 
@@ -423,6 +440,11 @@ def _subgrid(path: str, key: str, raw: object, model_names: tuple[str, ...],
             codes = _name_values(path, akey, value, names)
             axes.append(Axis(name, np.asarray(codes, dtype=np.float64), names))
             resolved[name] = [names[c] for c in codes]
+        elif name in TECH_CAT_AXES:
+            vocab = tech_vocabulary(name)
+            codes = _name_values(path, akey, value, vocab)
+            axes.append(Axis(name, np.asarray(codes, dtype=np.float64), vocab))
+            resolved[name] = [vocab[c] for c in codes]
         elif name in keys.cat_axes:
             vocab = keys.cat_axes[name]
             codes = _name_values(path, akey, value, vocab)

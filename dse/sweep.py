@@ -17,7 +17,8 @@ from dse.cost.training import DTYPE, TRAIN_INPUTS, TRAIN_METRICS, train_step
 from dse.defaults import CATEGORICAL, fill_defaults
 from dse.grid import Grid
 from dse.hardware import catalog as hwcat
-from dse.spec import MODEL_KEYS, Spec
+from dse.hardware.derive import DERIVE_AXES, base_technology, derived_hardware_columns
+from dse.spec import MODEL_KEYS, TECH_CAT_AXES, Spec, tech_vocabulary
 
 #: Input columns written per row (after ``point``), in this order.
 INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "micro_batch",
@@ -29,11 +30,17 @@ SMALL_INT_COLUMNS = ("sp", "zero", "dp_overlap", "pp_overlap")
 CATEGORY_COLUMNS = {**CATEGORICAL, "kv_precision": codes.KV_PRECISION}
 
 
+def tech_columns(spec: Spec) -> tuple[str, ...]:
+    """Technology axes the spec sweeps (their columns are written after the inputs)."""
+    present = {a.name for g in spec.grids for a in g.axes}
+    return tuple(k for k in DERIVE_AXES if k in present)
+
+
 def task_columns(spec: Spec) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(input columns, metric columns) of a sweep's rows."""
     if spec.task == "infer":
-        return INFER_INPUT_COLUMNS, INFER_METRICS
-    return INPUT_COLUMNS, TRAIN_METRICS
+        return (*INFER_INPUT_COLUMNS, *tech_columns(spec)), INFER_METRICS
+    return (*INPUT_COLUMNS, *tech_columns(spec)), TRAIN_METRICS
 #: Reasons that mean "does not divide" (dropped by ``constraints.divisible``); exceeds_hbm is not one.
 DIVISIBILITY_REASONS = frozenset(i for i, r in enumerate(codes.REASONS) if r not in ("", "exceeds_hbm"))
 #: Rows evaluated per kernel call (bounded memory whatever the part size).
@@ -45,7 +52,7 @@ def schema(spec: Spec) -> pa.Schema:
     inputs, metrics = task_columns(spec)
     fields = [pa.field("point", pa.int64())]
     for col in inputs:
-        if col in ("model", "system") or col in CATEGORY_COLUMNS:
+        if col in ("model", "system") or col in CATEGORY_COLUMNS or col in TECH_CAT_AXES:
             fields.append(pa.field(col, pa.dictionary(pa.int16(), pa.string())))
         elif col in SMALL_INT_COLUMNS:
             fields.append(pa.field(col, pa.int8()))
@@ -88,7 +95,15 @@ def evaluate_points(spec: Spec, grid: Grid, start: int, stop: int, feasible_only
 def _evaluate_batch(spec: Spec, grid: Grid, start: int, stop: int, feasible_only: bool) -> pa.Table:
     cols = grid.decode(start, stop, dtype=DTYPE)
     x, systems = kernel_inputs(spec, cols)
-    hw = hwcat.hardware_columns(systems, dtype=DTYPE)
+    techs = tech_columns(spec)
+    if techs:
+        hw = derived_hardware_columns(systems, {k: cols[k].astype(np.float64) for k in techs}, dtype=DTYPE)
+        base = base_technology()
+        for k in techs:  # carried to the table (not kernel inputs): the value used, the base's where not swept
+            fallback = base[k][systems] if k in base else np.full(len(systems), np.nan)
+            x[k] = np.where(np.isnan(cols[k]), fallback, cols[k])
+    else:
+        hw = hwcat.hardware_columns(systems, dtype=DTYPE)
     keep = np.ones(len(systems), dtype=bool)
     if spec.tp_within_scaleup:
         keep &= x["tp"] <= hw["scaleup_gpus"]
@@ -134,7 +149,9 @@ def parquet_options(spec: Spec) -> dict[str, object]:
 
 
 def _dictionary(codes_: np.ndarray, labels: tuple[str, ...], index_type: pa.DataType) -> pa.DictionaryArray:
-    return pa.DictionaryArray.from_arrays(pa.array(codes_.astype(index_type.to_pandas_dtype()), type=index_type),
+    missing = np.isnan(codes_) if codes_.dtype.kind == "f" else np.zeros(len(codes_), dtype=bool)
+    indices = np.where(missing, 0, codes_).astype(index_type.to_pandas_dtype())
+    return pa.DictionaryArray.from_arrays(pa.array(indices, type=index_type, mask=missing if missing.any() else None),
                                           pa.array(list(labels), type=pa.string()))
 
 
@@ -150,6 +167,8 @@ def _table(spec: Spec, points: np.ndarray, model: np.ndarray, systems: np.ndarra
             arrays.append(_dictionary(systems, hwcat.system_names(), pa.int16()))
         elif col in CATEGORY_COLUMNS:
             arrays.append(_dictionary(x[col], CATEGORY_COLUMNS[col], pa.int16()))
+        elif col in TECH_CAT_AXES:
+            arrays.append(_dictionary(x[col], tech_vocabulary(col), pa.int16()))
         else:
             arrays.append(pa.array(x[col].astype(sch.field(col).type.to_pandas_dtype())))
     for m in metrics:
