@@ -1,4 +1,5 @@
-"""Command line: ``dse explain``, ``dse validate``, ``dse models``, ``dse systems``.
+"""Command line: ``dse explain``, ``dse validate``, ``dse calibrate``, ``dse run``, ``dse info``, ``dse models``,
+``dse systems``.
 
 Exit status: 0 success; 1 a validated file is over ``--max-mape``; 2 bad input (the message names the file,
 the row or key, the bad value and what is allowed).
@@ -95,16 +96,17 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if task not in ("train", "infer"):
         raise CliError(f"explain: {origin['task']} {config['task']!r} is not allowed; allowed: train, infer")
     config["task"] = task
+    overrides = _calibration(args)
     if task == "infer":
-        row = explain_row(config)
-        ops = inference_op_table(config) if np.isfinite(float(row["tpot_s"])) else pd.DataFrame()
+        row = explain_row(config, overrides)
+        ops = inference_op_table(config, overrides) if np.isfinite(float(row["tpot_s"])) else pd.DataFrame()
         if args.json:
             print(json.dumps({"configuration_and_outputs": {k: _jsonable(row[k]) for k in row.index},
                               "ops": ops.to_dict(orient="records")}, indent=2))
         else:
             print(format_explain_infer(row, ops))
         return 0
-    row = explain_row(config)
+    row = explain_row(config, overrides)
     if args.json:
         tables = explain_table(row) if np.isfinite(float(row["step_time_s"])) else {}
         payload = {
@@ -141,7 +143,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             assumptions.extend(load_assumptions(path))
     results = []
     for path in args.files:
-        results.extend(validate_file(path, assumptions))
+        results.extend(validate_file(path, assumptions, _calibration(args)))
     summary = summarize(results)
     per_file = file_mape(results)
     over = [f for f, m in per_file.items() if args.max_mape is not None and m is not None and m > args.max_mape]
@@ -173,11 +175,58 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibration(args: argparse.Namespace) -> dict[tuple[str, str], float] | None:
+    if getattr(args, "calibration", None) is None:
+        return None
+    from dse.validation.calibrate import load_calibration
+
+    return load_calibration(args.calibration)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from dse.validation.calibrate import CaseSet, calibrate, default_parameters, parse_params, write_calibration
+    from dse.validation.fit import default_assumptions_path
+    from dse.validation.validate import load_assumptions
+
+    assumptions = []
+    if not args.no_assume:
+        for path in args.assume or [str(default_assumptions_path())]:
+            assumptions.extend(load_assumptions(path))
+    cases = CaseSet.load(args.files, assumptions)
+    if not cases.cases():
+        raise CliError(f"calibrate: {', '.join(args.files)}: no case the model predicts (every row is skipped)")
+    params = parse_params(args.params) if args.params else default_parameters(cases)
+    print(f"calibrate: {len(cases.cases())} case(s), fitting {len(params)} constant(s): "
+          f"{', '.join(f'{g}:{c}' for g, c in params)}", flush=True)
+    result = calibrate(cases, params, leave_one_out=not args.no_loo)
+    shipped = result["shipped"]
+    assert isinstance(shipped, dict)
+    constants = result["constants"]
+    assert isinstance(constants, dict)
+    rise = result["mape_rise_at_10pct_pct"]
+    assert isinstance(rise, dict)
+    print(f"{'generation':<12s} {'constant':<24s} {'shipped':>10s} {'fitted':>10s}  MAPE rise if 10 % off")
+    for (g, c), v in constants.items():
+        weak = "  (weakly constrained by these cases)" if rise[(g, c)] < 0.5 else ""
+        print(f"{g:<12s} {c:<24s} {shipped[(g, c)]:10.4g} {v:10.4g}  {rise[(g, c)]:+8.2f} points{weak}")
+    print(f"MAPE with the shipped constants: {result['mape_before_pct']:.2f} %")
+    print(f"MAPE with the fitted constants:  {result['mape_after_pct']:.2f} %")
+    if "mape_leave_one_out_pct" in result:
+        print(f"leave-one-out MAPE (each case predicted by constants fitted without it): "
+              f"{result['mape_leave_one_out_pct']:.2f} %")
+    write_calibration(args.output, result, args.files)
+    print(f"wrote {args.output}; use it with `dse run/explain/validate --calibration {args.output}`")
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from dse.runner import DEFAULT_MAX_POINTS, prepare, run
     from dse.spec import load_spec
 
     spec = load_spec(args.spec)
+    overrides = _calibration(args)
+    if overrides is not None:
+        spec = spec.with_calibration(overrides, args.calibration)
     out = args.output or f"results/{spec.name}"
     print(f"{args.spec}: {spec.size:,} points in {len(spec.grids)} sub-grid(s) -> {out}", flush=True)
     max_points = DEFAULT_MAX_POINTS if args.max_points is None else args.max_points
@@ -196,6 +245,35 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     by = None if args.by is None else tuple(c for c in args.by.split(",") if c)
     print(format_info(args.results, metric=args.metric, top=args.top, by=by))
+    return 0
+
+
+def cmd_pareto(args: argparse.Namespace) -> int:
+    from dse.pareto import format_front, parse_objectives, run_pareto
+
+    try:
+        objectives = parse_objectives(args.objectives)
+        by = [c for c in (args.by or "").split(",") if c]
+        front, written = run_pareto(args.results, objectives, by=by, output=args.output, figure=args.figure,
+                                    feasible_only=not args.all_rows)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    print(format_front(front, objectives, by, top=args.top))
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from dse.plots import draw_standard_figures
+
+    out = args.output or f"results/figures/{Path(args.results).name}"
+    try:
+        written = draw_standard_figures(args.results, out, model=args.model, system=args.system)
+    except (ValueError, KeyError) as exc:
+        raise CliError(str(exc)) from exc
+    for path in written:
+        print(f"wrote {path} (data: {path.with_suffix('.parquet').name})")
     return 0
 
 
@@ -220,6 +298,7 @@ def cmd_systems(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dse", description="Analytical performance model of distributed LLM "
                                      "training: explain one configuration, validate against measured runs.")
+    cal_help = "efficiency constants from `dse calibrate` (default: the shipped ones)"
     parser.add_argument("--version", action="version", version=f"dse {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -230,6 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
                         if kind in ("int",) else None, help=kind,
                         type=int if kind == "int" else str)
     ex.add_argument("--json", action="store_true", help="print JSON instead of text")
+    ex.add_argument("--calibration", metavar="FILE", help=cal_help)
     ex.set_defaults(func=cmd_explain)
 
     va = sub.add_parser("validate", help="compare predictions with measured cases (shared/reference schema)")
@@ -239,7 +319,18 @@ def build_parser() -> argparse.ArgumentParser:
     va.add_argument("--assume", action="append", help="assumptions YAML for unstated inputs (repeatable; "
                     "default: the package's reference_assumptions.yaml, which only matches the shared cases)")
     va.add_argument("--no-assume", action="store_true", help="use the model's defaults for every empty cell")
+    va.add_argument("--calibration", metavar="FILE", help=cal_help)
     va.set_defaults(func=cmd_validate)
+
+    ca = sub.add_parser("calibrate", help="fit the efficiency constants to your own measured cases")
+    ca.add_argument("files", nargs="+", help="case CSV files (shared/reference schema)")
+    ca.add_argument("-o", "--output", required=True, help="calibration YAML to write")
+    ca.add_argument("--params", help="comma-separated generation:constant to fit, e.g. "
+                    "ampere:matmul_eff_fp16,ampere:memory_eff (default: those the cases constrain)")
+    ca.add_argument("--no-loo", action="store_true", help="skip the leave-one-out error (one fit per case)")
+    ca.add_argument("--assume", action="append", help="assumptions YAML for unstated inputs (as for validate)")
+    ca.add_argument("--no-assume", action="store_true", help="use the model's defaults for every empty cell")
+    ca.set_defaults(func=cmd_calibrate)
 
     ru = sub.add_parser("run", help="sweep a spec (spaces/*.yaml) into a Parquet dataset under results/")
     ru.add_argument("spec", help="sweep spec YAML")
@@ -252,6 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     ru.add_argument("--feasible-only", action="store_true", help="write only rows that divide and fit")
     ru.add_argument("--max-points", type=int, default=None, help="refuse grids larger than this (default 1e9)")
     ru.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    ru.add_argument("--calibration", metavar="FILE", help=cal_help)
     ru.set_defaults(func=cmd_run)
 
     inf = sub.add_parser("info", help="summarize a results directory")
@@ -262,6 +354,25 @@ def build_parser() -> argparse.ArgumentParser:
     inf.add_argument("--by", help="comma-separated columns: show the best row of each group (default: model,system "
                      "when the sweep has several; '' for the overall best rows)")
     inf.set_defaults(func=cmd_info)
+
+    pa = sub.add_parser("pareto", help="Pareto front of a results directory (table and figure)")
+    pa.add_argument("results", help="results/NAME")
+    pa.add_argument("--objectives", nargs="+", required=True, metavar="COLUMN:min|max",
+                    help="e.g. step_time_s:min gpus:min mem_total_bytes:min tokens_per_s_per_gpu:max "
+                    "cost_per_million_tokens_usd:min energy_per_token_j:min")
+    pa.add_argument("--by", help="comma-separated columns: one front per group (e.g. system or model,system)")
+    pa.add_argument("-o", "--output", help="write the front to FILE.parquet or FILE.csv, and draw it to FILE.png")
+    pa.add_argument("--figure", help="draw the front (2 or 3 objectives) to this PNG (default: beside -o)")
+    pa.add_argument("--top", type=int, default=20, help="rows printed per group")
+    pa.add_argument("--all-rows", action="store_true", help="include rows that do not fit (fits = false)")
+    pa.set_defaults(func=cmd_pareto)
+
+    pl = sub.add_parser("plot", help="draw the standard figures of a results directory (PNG + Parquet data)")
+    pl.add_argument("results", help="results/NAME")
+    pl.add_argument("-o", "--output", help="figure directory (default: results/figures/NAME)")
+    pl.add_argument("--model", help="model of the tp x pp heatmap and the roofline (default: chosen)")
+    pl.add_argument("--system", help="system of the tp x pp heatmap and the roofline (default: chosen)")
+    pl.set_defaults(func=cmd_plot)
 
     mo = sub.add_parser("models", help="list the model catalog")
     mo.set_defaults(func=cmd_models)

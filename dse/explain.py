@@ -16,6 +16,8 @@ from dse.cost.training import LAYER_BREAKDOWN, MEMORY_BREAKDOWN, TIME_BREAKDOWN
 from dse.frame import evaluate_infer, evaluate_train, infer_inputs
 from dse.hardware import catalog as hwcat
 
+Overrides = dict[tuple[str, str], float]
+
 TIME_LABELS = {
     "time_compute_s": "compute (forward + backward)",
     "time_recompute_s": "activation recomputation",
@@ -46,17 +48,19 @@ MEMORY_LABELS = {
 }
 
 
-def explain_row(config: Mapping[str, object]) -> pd.Series:
-    """Evaluate one configuration (a mapping of schema columns) and return inputs + outputs as a Series."""
+def explain_row(config: Mapping[str, object], overrides: Overrides | None = None) -> pd.Series:
+    """Evaluate one configuration (a mapping of schema columns) and return inputs + outputs as a Series.
+
+    ``overrides`` replaces efficiency constants (a ``dse calibrate`` result)."""
     frame = pd.DataFrame([dict(config)])
     frame.attrs["single_configuration"] = True
     if str(config.get("task", "train")) == "infer":
-        out = evaluate_infer(frame, source="dse explain", with_inputs=True)
+        out = evaluate_infer(frame, source="dse explain", overrides=overrides, with_inputs=True)
         row = out.iloc[0].copy()
         row["model"] = config.get("model", "custom model")
         row["task"] = "infer"
         return row
-    out = evaluate_train(frame, source="dse explain", with_inputs=True)
+    out = evaluate_train(frame, source="dse explain", overrides=overrides, with_inputs=True)
     row = out.iloc[0].copy()
     row["model"] = config.get("model", "custom model")
     return row
@@ -144,13 +148,13 @@ def format_explain(row: pd.Series) -> str:
     return "\n".join(lines)
 
 
-def inference_op_table(config: Mapping[str, object]) -> pd.DataFrame:
+def inference_op_table(config: Mapping[str, object], overrides: Overrides | None = None) -> pd.DataFrame:
     """Per op (prefill and one decode step, per GPU and layer; logits once): FLOPs, bytes, arithmetic
     intensity, the GPU's ridge point and whether the op is compute- or memory-bound."""
     frame = pd.DataFrame([dict(config)])
     frame.attrs["single_configuration"] = True
     x, codes_ = infer_inputs(frame, "dse explain")
-    ops = inference_ops(x, hwcat.hardware_columns(codes_))
+    ops = inference_ops(x, hwcat.hardware_columns(codes_, overrides))
     rows = []
     for key, op in ops.items():
         phase, name = key.split("/")

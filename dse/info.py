@@ -11,6 +11,7 @@ import yaml
 from dse.cost.inference import INFER_METRICS
 from dse.cost.training import TRAIN_METRICS
 from dse.spec import SpecError
+from dse.sweep import COST_COLUMN
 
 HIGH_IS_BETTER = ("tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu",
                   "output_tokens_per_s", "output_tokens_per_s_per_gpu", "max_batch")
@@ -39,11 +40,11 @@ def format_info(path: str | Path, metric: str = "step_time_s", top: int = 10, by
     if not parts:
         return "\n".join(lines)
     schema = pq.read_schema(parts[0])
-    inputs = [c for c in schema.names if c not in TRAIN_METRICS and c not in INFER_METRICS
-              and c not in ("point", "fits", "infeasible_reason")]
+    metrics = {*TRAIN_METRICS, *INFER_METRICS, COST_COLUMN}
+    inputs = [c for c in schema.names if c not in metrics and c not in ("point", "fits", "infeasible_reason")]
     if metric not in schema.names:
         raise SpecError(f"--metric: value {metric!r} is not a column of {root}; allowed: "
-                        f"{', '.join(c for c in schema.names if c in TRAIN_METRICS or c in INFER_METRICS)}")
+                        f"{', '.join(c for c in schema.names if c in metrics)}")
     frame = load(root, columns=list(dict.fromkeys([*inputs, metric, "mem_total_bytes", "fits", "infeasible_reason"])))
     # show the inputs the sweep varies (and the layout), not the constant ones
     shown = [c for c in inputs if c in ("model", "system", "gpus", "tp", "pp", "dp") or frame[c].nunique() > 1]

@@ -19,7 +19,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ class SpecError(ValueError):
     """A malformed spec: names the file, the key, the bad value and what is allowed."""
 
 
-TOP_KEYS = ("name", "description", "task", "grid", "grids", "constraints", "models")
+TOP_KEYS = ("name", "description", "task", "grid", "grids", "constraints", "models", "price_per_gpu_hour")
 #: Integer axes and their allowed ranges (inclusive).
 INT_AXES: dict[str, tuple[int, int | None]] = {
     "gpus": (1, None), "dp": (1, None), "tp": (1, None), "pp": (1, None), "cp": (1, None), "ep": (1, None),
@@ -148,10 +148,22 @@ class Spec:
     tp_within_scaleup: bool
     filters: tuple[Filter, ...]
     resolved: dict[str, Any] = field(default_factory=dict)  #: the spec with every default written out
+    #: USD per GPU-hour by system code (NaN: no price given), for cost_per_million_tokens_usd
+    prices: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: efficiency constants replaced by a calibration: sorted ``(generation, constant, value)``
+    calibration: tuple[tuple[str, str, float], ...] = ()
 
     @property
     def size(self) -> int:
         return sum(g.size for g in self.grids)
+
+    def with_calibration(self, overrides: Mapping[tuple[str, str], float], source: str) -> Spec:
+        """This spec evaluated with the efficiency constants of a ``dse calibrate`` file (recorded in the
+        resolved spec, so results and their digest say which constants made them)."""
+        key = tuple(sorted((g, c, float(v)) for (g, c), v in overrides.items()))
+        resolved = {**self.resolved, "calibration": {"file": source, "constants": [
+            {"generation": g, "constant": c, "value": v} for g, c, v in key]}}
+        return replace(self, calibration=key, resolved=resolved)
 
     def digest(self) -> str:
         """Content hash of the resolved spec (what the results depend on)."""
@@ -535,8 +547,25 @@ def resolve_spec(data: object, label: str = "<spec>", default_name: str = "sweep
     filters = tuple(parse_filter(label, f"constraints.filters[{i}]", f, categorical, task)
                     for i, f in enumerate(raw_filters))
 
+    prices = np.full(len(system_names()), np.nan)
+    raw_prices = data.get("price_per_gpu_hour")
+    resolved_prices: dict[str, float] = {}
+    if raw_prices is not None:
+        if isinstance(raw_prices, (int, float)) and not isinstance(raw_prices, bool):
+            raw_prices = {n: raw_prices for n in system_names()}
+        if not isinstance(raw_prices, Mapping):
+            raise _err(label, "price_per_gpu_hour", raw_prices, "a positive number (USD per GPU-hour for every "
+                       "system) or a mapping of system name to one")
+        for sysname, price in raw_prices.items():
+            key = f"price_per_gpu_hour.{sysname}"
+            if sysname not in system_names():
+                raise _err(label, key, sysname, ", ".join(system_names()))
+            if not isinstance(price, (int, float)) or isinstance(price, bool) or not price > 0:
+                raise _err(label, key, price, "a positive number (USD per GPU-hour)")
+            prices[system_names().index(sysname)] = float(price)
+            resolved_prices[sysname] = float(price)
     resolved_spec = {
-        "name": name, "description": description, "task": task,
+        "name": name, "description": description, "task": task, "price_per_gpu_hour": resolved_prices,
         "models": {k: dict(v) for k, v in custom.items()},
         "grids": resolved_grids,
         "constraints": {**flags, "filters": [f.text for f in filters]},
@@ -544,4 +573,4 @@ def resolve_spec(data: object, label: str = "<spec>", default_name: str = "sweep
     return Spec(name=name, path=label, task=task, grids=tuple(grids), grid_keys=TASKS[task].grid_keys,
                 model_names=model_names,
                 model_table=model_table, divisible=flags["divisible"], tp_within_scaleup=flags["tp_within_scaleup"],
-                filters=filters, resolved=resolved_spec)
+                filters=filters, resolved=resolved_spec, prices=prices)

@@ -36,11 +36,27 @@ def tech_columns(spec: Spec) -> tuple[str, ...]:
     return tuple(k for k in DERIVE_AXES if k in present)
 
 
+#: Cost of a token at the spec's price_per_gpu_hour (NaN when the spec gives no price for the system).
+COST_COLUMN = "cost_per_million_tokens_usd"
+
+
 def task_columns(spec: Spec) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(input columns, metric columns) of a sweep's rows."""
     if spec.task == "infer":
-        return (*INFER_INPUT_COLUMNS, *tech_columns(spec)), INFER_METRICS
-    return (*INPUT_COLUMNS, *tech_columns(spec)), TRAIN_METRICS
+        return (*INFER_INPUT_COLUMNS, *tech_columns(spec)), (*INFER_METRICS, COST_COLUMN)
+    return (*INPUT_COLUMNS, *tech_columns(spec)), (*TRAIN_METRICS, COST_COLUMN)
+
+
+def cost_per_million_tokens(spec: Spec, systems: np.ndarray, x: dict[str, np.ndarray],
+                            out: dict[str, np.ndarray]) -> np.ndarray:
+    """USD per million tokens: price · gpus · time / 3600 / tokens · 10⁶ — tokens trained per step, or output
+    tokens generated per batch (inference)."""
+    price = spec.prices[systems] if len(spec.prices) else np.full(len(systems), np.nan)
+    if spec.task == "infer":
+        hours, tokens = out["e2e_latency_s"] / 3600.0, x["dp"] * x["batch"] * x["output_len"]
+    else:
+        hours, tokens = out["step_time_s"] / 3600.0, x["global_batch"] * x["seq_len"]
+    return price * x["gpus"] * hours / tokens * 1e6
 #: Reasons that mean "does not divide" (dropped by ``constraints.divisible``); exceeds_hbm is not one.
 DIVISIBILITY_REASONS = frozenset(i for i, r in enumerate(codes.REASONS) if r not in ("", "exceeds_hbm"))
 #: Rows evaluated per kernel call (bounded memory whatever the part size).
@@ -97,13 +113,14 @@ def _evaluate_batch(spec: Spec, grid: Grid, start: int, stop: int, feasible_only
     x, systems = kernel_inputs(spec, cols)
     techs = tech_columns(spec)
     if techs:
-        hw = derived_hardware_columns(systems, {k: cols[k].astype(np.float64) for k in techs}, dtype=DTYPE)
+        hw = derived_hardware_columns(systems, {k: cols[k].astype(np.float64) for k in techs}, dtype=DTYPE,
+                                      efficiency=spec.calibration)
         base = base_technology()
         for k in techs:  # carried to the table (not kernel inputs): the value used, the base's where not swept
             fallback = base[k][systems] if k in base else np.full(len(systems), np.nan)
             x[k] = np.where(np.isnan(cols[k]), fallback, cols[k])
     else:
-        hw = hwcat.hardware_columns(systems, dtype=DTYPE)
+        hw = hwcat.hardware_columns(systems, {(g, c): v for g, c, v in spec.calibration}, dtype=DTYPE)
     keep = np.ones(len(systems), dtype=bool)
     if spec.tp_within_scaleup:
         keep &= x["tp"] <= hw["scaleup_gpus"]
@@ -119,6 +136,7 @@ def _evaluate_batch(spec: Spec, grid: Grid, start: int, stop: int, feasible_only
     else:
         points, model = cols["point"], cols["model"]
     out = infer_step(x, hw) if spec.task == "infer" else train_step(x, hw)
+    out[COST_COLUMN] = cost_per_million_tokens(spec, systems, x, out)
     keep = np.ones(len(points), dtype=bool)
     reason = out["reason"]
     if spec.divisible:

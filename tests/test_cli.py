@@ -591,3 +591,28 @@ def test_systems_lists_catalog(capsys):
     assert "h100-sxm-80gb" in out
     listed = {line.split()[0] for line in out.splitlines()[1:] if line.split()}
     assert set(system_names()) <= listed
+
+
+def test_pareto_and_plot_commands_on_a_small_sweep(tmp_path, capsys):
+    """`dse run` → `dse pareto` (table, file, figure) → `dse plot` (PNG + Parquet per figure); bad objectives
+    exit 2 naming the allowed directions."""
+    import yaml
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"name": "s", "price_per_gpu_hour": 2.0, "grid": {
+        "model": "llama3-8b", "system": ["a100-sxm-80gb", "h100-sxm-80gb"], "gpus": [8, 16, 32], "seq_len": 4096,
+        "global_batch": 64, "tp": [1, 2, 4], "pp": [1, 2], "micro_batch": [1, 2], "recompute": ["none", "full"]}}))
+    res = tmp_path / "res"
+    assert main(["run", str(spec), "-o", str(res), "--jobs", "1", "-q"]) == 0
+    front = tmp_path / "front.csv"
+    assert main(["pareto", str(res), "--objectives", "step_time_s:min", "cost_per_million_tokens_usd:min",
+                 "--by", "system", "-o", str(front)]) == 0
+    out = capsys.readouterr().out
+    assert "Pareto front" in out and front.exists() and front.with_suffix(".png").exists()
+    assert main(["plot", str(res), "-o", str(tmp_path / "figs")]) == 0
+    pngs = sorted((tmp_path / "figs").glob("*.png"))
+    assert len(pngs) >= 5 and all(p.with_suffix(".parquet").exists() for p in pngs)
+    capsys.readouterr()
+    assert main(["pareto", str(res), "--objectives", "step_time_s:fastest"]) == 2
+    err = capsys.readouterr().err
+    assert "step_time_s:fastest" in err and "min" in err and "max" in err

@@ -50,7 +50,7 @@ INFER_METRICS: tuple[str, ...] = (
     "ttft_s", "tpot_s", "e2e_latency_s", "output_tokens_per_s", "output_tokens_per_s_per_gpu",
     "prefill_layer_ms", "decode_layer_ms", "decode_attention_ms", "decode_gemm_ms", "decode_tp_comm_ms",
     "decode_logits_ms", "decode_overhead_ms", "kv_cache_bytes", "weights_bytes", "activations_bytes",
-    "mem_total_bytes", "max_batch",
+    "mem_total_bytes", "max_batch", "energy_per_output_token_j",
 )
 
 
@@ -200,6 +200,8 @@ def _infer(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one form
         "decode_overhead_ms": L * overhead * 1e3,
         "kv_cache_bytes": kv, "weights_bytes": weights, "activations_bytes": activations,
         "mem_total_bytes": total, "max_batch": np.maximum(max_batch, 0.0),
+        # every GPU at its rated power during the batch (ASSUMPTION: an upper bound)
+        "energy_per_output_token_j": x["gpus"] * x["tdp_w"] * e2e / (dp * b * s_out),
         "fits": total <= x["hbm_bytes"],
     }
 

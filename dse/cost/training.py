@@ -89,7 +89,7 @@ TRAIN_METRICS: tuple[str, ...] = (
     "microbatches",
     "time_compute_s", "time_recompute_s", "time_tp_comm_s", "time_cp_comm_s", "time_ep_comm_s",
     "time_pp_comm_s", "time_bubble_s", "time_dp_comm_s", "time_optimizer_s", "time_offload_s",
-    "params_total", "params_per_gpu", "params_trainable",
+    "params_total", "params_per_gpu", "params_trainable", "energy_per_step_j", "energy_per_token_j",
     "mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes",
     "mem_buffers_bytes", "mem_total_bytes",
 )
@@ -429,6 +429,10 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
         "params_total": params_total,
         "params_per_gpu": p_stage,
         "params_trainable": pick(peft, L * adapter_layer * t, params_total),
+        # every GPU drawing its rated power for the whole step (ASSUMPTION: an upper bound; host, network
+        # and cooling not included)
+        "energy_per_step_j": gpu_seconds * hw["tdp_w"],
+        "energy_per_token_j": gpu_seconds * hw["tdp_w"] / tokens,
     }
 
     # ---- memory of the first and the last pipeline stage; the larger one is reported --------------------

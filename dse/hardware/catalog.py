@@ -38,6 +38,7 @@ HARDWARE_COLUMNS: tuple[str, ...] = (
     "infer_matmul_fp4_rate",
     "layer_overhead_s",
     "host_bw",
+    "tdp_w",
 )
 
 EFFICIENCY_COLUMNS: tuple[str, ...] = (
@@ -145,6 +146,7 @@ def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "infer_matmul_fp4_rate": z(raw["tensor_fp4_flops"] * raw["infer_matmul_eff_fp4"]),
         "layer_overhead_s": z(raw["layer_overhead_s"]),
         "host_bw": z(raw["host_bw"] * HOST_LINK_EFFICIENCY),
+        "tdp_w": z(raw["tdp_w"]),
     }
 
 
@@ -175,6 +177,7 @@ def raw_table(overrides: tuple[tuple[str, str, float], ...] = ()) -> dict[str, n
         # crosses the PCIe link twice, half the rate (ASSUMPTION, see systems.csv notes)
         "scaleup_bw": sysf["scaleup_gbps"].to_numpy() * 1e9 * np.where(sysf["p2p"].to_numpy() > 0, 1.0, 0.5),
         "host_bw": sysf["host_gbps"].to_numpy() * 1e9,
+        "tdp_w": sysf["tdp_w"].to_numpy(),
         "scaleout_bw": sysf["scaleout_gbit"].to_numpy() * 1e9 / 8.0,
         "scaleup_latency_s": g["scaleup_latency_us"].to_numpy() * 1e-6,
         "scaleout_latency_s": g["scaleout_latency_us"].to_numpy() * 1e-6,

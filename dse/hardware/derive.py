@@ -101,15 +101,17 @@ def base_technology() -> dict[str, np.ndarray]:
     }
 
 
-def derive_raw(system: np.ndarray, overrides: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
+def derive_raw(system: np.ndarray, overrides: Mapping[str, Any] | None = None,
+               efficiency: tuple[tuple[str, str, float], ...] = ()) -> dict[str, np.ndarray]:
     """Raw hardware columns (as :func:`dse.hardware.catalog.raw_table`) of the base ``system`` codes with the
-    ``overrides`` (arrays or scalars of :data:`DERIVE_AXES`; NaN keeps the base's) applied, row by row."""
+    ``overrides`` (arrays or scalars of :data:`DERIVE_AXES`; NaN keeps the base's) applied, row by row.
+    ``efficiency`` replaces efficiency constants (``(generation, constant, value)``, a calibration)."""
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - set(DERIVE_AXES))
     if unknown:
         raise ValueError(f"derive: {unknown[0]!r} is not a technology axis; allowed: {', '.join(DERIVE_AXES)}")
     sys_codes = np.asarray(system, dtype=np.int64)
-    raw = {k: v[sys_codes] for k, v in hwcat.raw_table().items()}
+    raw = {k: v[sys_codes] for k, v in hwcat.raw_table(efficiency).items()}
     base = {k: v[sys_codes] for k, v in base_technology().items()}
     shape = sys_codes.shape
 
@@ -124,6 +126,7 @@ def derive_raw(system: np.ndarray, overrides: Mapping[str, Any] | None = None) -
     power_term = value("power_w") * logic["ppw"][node]
     power_base = base["power_w"] * logic["ppw"][node0]
     scale = np.minimum(area_term / area_base, power_term / power_base)
+    raw["tdp_w"] = value("power_w")
     for col in ("tensor_fp16_flops", "tensor_fp8_flops", "tensor_fp4_flops"):
         raw[col] = raw[col] * scale
 
@@ -154,6 +157,7 @@ def derive_raw(system: np.ndarray, overrides: Mapping[str, Any] | None = None) -
 
 
 def derived_hardware_columns(system: np.ndarray, overrides: Mapping[str, Any] | None = None,
-                             dtype: type = np.float64) -> dict[str, np.ndarray]:
+                             dtype: type = np.float64,
+                             efficiency: tuple[tuple[str, str, float], ...] = ()) -> dict[str, np.ndarray]:
     """Kernel hardware columns of derived chips (achieved rates, as :func:`hardware_columns`)."""
-    return {k: v.astype(dtype) for k, v in hwcat.achieved(derive_raw(system, overrides)).items()}
+    return {k: v.astype(dtype) for k, v in hwcat.achieved(derive_raw(system, overrides, efficiency)).items()}

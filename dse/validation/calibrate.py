@@ -1,0 +1,237 @@
+"""``dse calibrate``: fit the model's efficiency constants to a user's own measured cases.
+
+Least squares on log error (Σ over file × metric groups of the mean squared ln(predicted / measured)),
+Nelder–Mead from the shipped values, with leave-one-out error so that over-fitting shows: each case is
+predicted by constants fitted without it.  The result is a small YAML file that ``dse run``, ``dse explain``
+and ``dse validate`` accept with ``--calibration``; the shipped catalog is never modified.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from dse import __version__, codes
+from dse.cost.inference import infer_step
+from dse.cost.training import train_step
+from dse.frame import InputError, infer_inputs, train_inputs
+from dse.hardware import catalog as hwcat
+from dse.validation.fit import nelder_mead
+from dse.validation.validate import METRIC_TASK, METRICS, Assumption, apply_assumptions, read_cases
+
+Overrides = dict[tuple[str, str], float]
+
+
+@dataclass
+class _Block:
+    """Rows of one file and task, decoded once into kernel inputs."""
+
+    task: str
+    x: dict[str, np.ndarray]
+    systems: np.ndarray
+    columns: list[str]  #: the output compared with each row's measurement
+    measured: np.ndarray
+    group: np.ndarray  #: (file, metric) label per row
+
+
+@dataclass
+class CaseSet:
+    """Measured cases of one or more files, read and checked once, evaluated many times (only the hardware
+    columns change between evaluations, so the kernel inputs are decoded once)."""
+
+    frames: list[tuple[str, pd.DataFrame]]
+    blocks: list[_Block]
+
+    @classmethod
+    def load(cls, files: Sequence[str | Path], assumptions: Sequence[Assumption] = ()) -> CaseSet:
+        frames, blocks = [], []
+        labels: dict[tuple[str, str], int] = {}
+        for f in files:
+            frame, _ = apply_assumptions(read_cases(f), assumptions)
+            usable = frame["metric"].map(lambda m: METRICS[m] is not None) & (
+                frame["task"] == frame["metric"].map(METRIC_TASK))
+            moe_infer = (frame["task"] == "infer") & (pd.to_numeric(frame["experts"], errors="coerce") > 1)
+            frame = frame.loc[usable & ~moe_infer]
+            frames.append((str(f), frame))
+            for task, inputs in (("train", train_inputs), ("infer", infer_inputs)):
+                part = frame.loc[frame["task"] == task]
+                if part.empty:
+                    continue
+                x, systems = inputs(part, str(f))
+                group = np.array([labels.setdefault((str(f), m), len(labels)) for m in part["metric"]])
+                blocks.append(_Block(task, x, systems, [str(METRICS[m]) for m in part["metric"]],
+                                     part["measured"].to_numpy(np.float64), group))
+        return cls(frames, blocks)
+
+    def cases(self) -> list[tuple[str, str, str]]:
+        """(file, case id, metric) of every usable case, in the order of :meth:`log_errors`."""
+        out: list[tuple[str, str, str]] = []
+        for f, fr in self.frames:
+            for task in ("train", "infer"):
+                part = fr.loc[fr["task"] == task]
+                out.extend((f, str(c), str(m)) for c, m in zip(part["case"], part["metric"], strict=True))
+        return out
+
+    def log_errors(self, overrides: Overrides | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """ln(predicted / measured) per usable case (NaN where the model gives no value) and its group label
+        (file, metric) as an integer."""
+        errs, groups = [], []
+        for b in self.blocks:
+            hw = hwcat.hardware_columns(b.systems, overrides)
+            out = infer_step(b.x, hw) if b.task == "infer" else train_step(b.x, hw)
+            pred = np.array([out[c][i] for i, c in enumerate(b.columns)], dtype=np.float64)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                errs.append(np.log(pred / b.measured))
+            groups.append(b.group)
+        return (np.concatenate(errs) if errs else np.zeros(0),
+                np.concatenate(groups) if groups else np.zeros(0, int))
+
+
+def default_parameters(cases: CaseSet) -> list[tuple[str, str]]:
+    """The constants the cases constrain: per GPU generation present, the GEMM efficiency at each precision
+    used and the memory efficiency (training), the serving GEMM efficiency and per-layer overhead (inference)."""
+    sysf = hwcat.systems()
+    params: dict[tuple[str, str], None] = {}
+    for _, frame in cases.frames:
+        for system, task, precision in zip(frame["system"], frame["task"], frame["precision"].fillna("bf16"),
+                                           strict=True):
+            gen = str(sysf.loc[str(system).strip().lower(), "generation"])
+            prec = str(precision).strip().lower()
+            fmt = "fp8" if prec == "fp8" else "fp4" if prec == "fp4" else "fp16"
+            if task == "train":
+                params[(gen, f"matmul_eff_{fmt}")] = None
+                params[(gen, "memory_eff")] = None
+            else:
+                params[(gen, f"infer_matmul_eff_{fmt}")] = None
+                params[(gen, "layer_overhead_us")] = None
+    return list(params)
+
+
+def _objective(cases: CaseSet, params: Sequence[tuple[str, str]], exclude: int | None = None):  # noqa: ANN202
+    upper = np.array([1000.0 if c.endswith("_us") else 1.2 for _, c in params])
+
+    def f(values: np.ndarray) -> float:
+        if np.any(values <= 0) or np.any(values > upper):
+            return 1e9
+        errs, groups = cases.log_errors({p: float(v) for p, v in zip(params, values, strict=True)})
+        keep = np.isfinite(errs)
+        if exclude is not None:
+            keep[exclude] = False
+        total = 0.0
+        for g in np.unique(groups[keep]):
+            total += float(np.mean(np.square(errs[keep & (groups == g)])))
+        return total
+
+    return f
+
+
+def parse_params(text: str) -> list[tuple[str, str]]:
+    """``gen:constant,gen:constant`` → pairs, checked against the efficiency table."""
+    eff = hwcat.efficiency()
+    out = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        gen, _, const = item.partition(":")
+        if gen not in eff.index or const not in hwcat.EFFICIENCY_COLUMNS:
+            raise InputError(f"--params: value {item!r} is not allowed; allowed: generation:constant with "
+                             f"generation one of {', '.join(eff.index)} and constant one of "
+                             f"{', '.join(hwcat.EFFICIENCY_COLUMNS)}")
+        out.append((gen, const))
+    if not out:
+        raise InputError("--params: value '' is not allowed; allowed: one or more generation:constant")
+    return out
+
+
+def shipped_values(params: Sequence[tuple[str, str]]) -> np.ndarray:
+    eff = hwcat.efficiency()
+    values = []
+    for gen, col in params:
+        if gen not in eff.index or col not in hwcat.EFFICIENCY_COLUMNS:
+            raise InputError(f"--params: {gen}:{col} is not an efficiency constant; generations: "
+                             f"{', '.join(eff.index)}; constants: {', '.join(hwcat.EFFICIENCY_COLUMNS)}")
+        v = float(eff[col].to_numpy()[eff.index.get_loc(gen)])
+        values.append(v if np.isfinite(v) and v > 0 else 0.5)
+    return np.asarray(values, dtype=np.float64)
+
+
+def mape(cases: CaseSet, overrides: Overrides | None) -> float:
+    errs, _ = cases.log_errors(overrides)
+    ok = np.isfinite(errs)
+    return float(np.mean(np.abs(np.exp(errs[ok]) - 1.0)) * 100.0) if ok.any() else float("nan")
+
+
+def calibrate(cases: CaseSet, params: Sequence[tuple[str, str]], leave_one_out: bool = True,
+              max_iter: int = 300) -> dict[str, object]:
+    """Fit ``params``; report the constants, the MAPE before and after, and the leave-one-out MAPE."""
+    x0 = shipped_values(params)
+    best = nelder_mead(_objective(cases, params), x0, max_iter=max_iter)
+    fitted = {p: float(v) for p, v in zip(params, best, strict=True)}
+    result: dict[str, object] = {
+        "constants": fitted, "shipped": {p: float(v) for p, v in zip(params, x0, strict=True)},
+        "mape_before_pct": mape(cases, None), "mape_after_pct": mape(cases, fitted),
+        "cases": len(cases.cases()),
+    }
+    # how well the cases pin each constant down: the MAPE when it alone moves 10 % off the fit
+    sensitivity = {}
+    for p in params:
+        worse = [mape(cases, {**fitted, p: fitted[p] * f}) for f in (0.9, 1.1)]
+        sensitivity[p] = max(worse) - float(result["mape_after_pct"])  # type: ignore[arg-type]
+    result["mape_rise_at_10pct_pct"] = sensitivity
+    if leave_one_out:
+        errors = []
+        errs_all, _ = cases.log_errors(fitted)
+        for i in np.flatnonzero(np.isfinite(errs_all)):
+            xi = nelder_mead(_objective(cases, params, exclude=int(i)), best, step=0.05, max_iter=max_iter)
+            errs, _ = cases.log_errors({p: float(v) for p, v in zip(params, xi, strict=True)})
+            errors.append(abs(np.exp(errs[i]) - 1.0) * 100.0)
+        result["mape_leave_one_out_pct"] = float(np.mean(errors)) if errors else float("nan")
+    return result
+
+
+def write_calibration(path: str | Path, result: dict[str, object], files: Sequence[str]) -> None:
+    constants = result["constants"]
+    assert isinstance(constants, dict)
+    doc = {
+        "dse_calibration": 1,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "dse_version": __version__,
+        "fitted_on": [str(f) for f in files],
+        "constants": [{"generation": g, "constant": c, "value": round(v, 6)} for (g, c), v in constants.items()],
+        "mape_before_pct": round(float(result["mape_before_pct"]), 3),  # type: ignore[arg-type]
+        "mape_after_pct": round(float(result["mape_after_pct"]), 3),  # type: ignore[arg-type]
+    }
+    if "mape_leave_one_out_pct" in result:
+        doc["mape_leave_one_out_pct"] = round(float(result["mape_leave_one_out_pct"]), 3)  # type: ignore[arg-type]
+    Path(path).write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+
+
+def load_calibration(path: str | Path) -> Overrides:
+    """Overrides from a calibration file; errors name the file, the entry and what is allowed."""
+    p = Path(path)
+    try:
+        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise InputError(f"{p}: no such file") from exc
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"{p}: not a readable calibration file: {exc}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("constants"), list):
+        raise InputError(f"{p}: expected a mapping with a 'constants' list, as written by `dse calibrate`")
+    eff = hwcat.efficiency()
+    out: Overrides = {}
+    for i, entry in enumerate(doc["constants"]):
+        ok = isinstance(entry, dict) and {"generation", "constant", "value"} <= set(entry)
+        if not ok or entry["generation"] not in eff.index or entry["constant"] not in hwcat.EFFICIENCY_COLUMNS \
+                or not isinstance(entry["value"], (int, float)) or not entry["value"] > 0:
+            raise InputError(f"{p}: constants[{i}]: {entry!r} is not allowed; allowed: {{generation: one of "
+                             f"{', '.join(eff.index)}, constant: one of {', '.join(hwcat.EFFICIENCY_COLUMNS)}, "
+                             "value: a positive number}")
+        out[(str(entry["generation"]), str(entry["constant"]))] = float(entry["value"])
+    return out
+
+
+__all__ = ["CaseSet", "calibrate", "codes", "default_parameters", "load_calibration", "write_calibration"]

@@ -1,0 +1,134 @@
+"""``dse calibrate``: recovers known constants from synthetic cases, and its result flows into
+``dse validate``, ``dse explain`` and ``dse run`` through ``--calibration``."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from dse.cli import main
+from dse.frame import InputError
+from dse.validation.calibrate import CaseSet, calibrate, default_parameters, load_calibration, parse_params
+from dse.validation.fit import default_assumptions_path
+from dse.validation.validate import load_assumptions, validate_file
+
+#: Constants deliberately away from the shipped ones (0.681 / 0.956, 0.797 / 135.5 µs).
+TRUTH_TRAIN = {("ampere", "matmul_eff_fp16"): 0.60, ("ampere", "memory_eff"): 0.85}
+TRUTH_INFER = {("ampere", "infer_matmul_eff_fp16"): 0.70, ("ampere", "layer_overhead_us"): 90.0}
+
+
+def synthetic(ref, name: str, truth: dict, out) -> str:
+    """A copy of a reference file whose 'measured' column is the model's own prediction under ``truth``:
+    a world where the model is exact and the constants are known, so a calibration must find them."""
+    assumptions = load_assumptions(default_assumptions_path())
+    predicted = {r.case: r.predicted for r in validate_file(ref / name, assumptions, truth)}
+    frame = pd.read_csv(ref / name, dtype=str, keep_default_na=False)
+    frame = frame[frame["case"].map(lambda c: predicted.get(c) is not None)]
+    frame["measured"] = [repr(predicted[c]) for c in frame["case"]]
+    path = out / name
+    frame.to_csv(path, index=False)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def assumptions():
+    return load_assumptions(default_assumptions_path())
+
+
+def test_recovers_training_constants(ref, tmp_path, assumptions):
+    path = synthetic(ref, "megatron_narayanan2021_table1.csv", TRUTH_TRAIN, tmp_path)
+    cases = CaseSet.load([path], assumptions)
+    assert set(default_parameters(cases)) == set(TRUTH_TRAIN)
+    result = calibrate(cases, list(TRUTH_TRAIN), leave_one_out=False)
+    for key, value in TRUTH_TRAIN.items():
+        assert result["constants"][key] == pytest.approx(value, rel=0.01), key
+    assert result["mape_before_pct"] > 5.0  # the shipped constants are visibly off in this world ...
+    assert result["mape_after_pct"] < 0.5  # ... and the fitted ones reproduce it
+
+
+def test_recovers_inference_constants(ref, tmp_path, assumptions):
+    """TensorRT-LLM throughput runs reach large batches, where the GEMMs are compute-bound: both constants
+    are pinned down."""
+    path = synthetic(ref, "trtllm_0.9.0_a100_h100.csv", TRUTH_INFER, tmp_path)
+    result = calibrate(CaseSet.load([path], assumptions), list(TRUTH_INFER), leave_one_out=False)
+    for key, value in TRUTH_INFER.items():
+        assert result["constants"][key] == pytest.approx(value, rel=0.01), key
+
+
+def test_weakly_constrained_constant_is_flagged_and_loo_stays_small(ref, tmp_path, assumptions):
+    """The Llama-2 latency runs are small-batch decode (memory-bound): they fix the per-layer overhead but hardly
+    the GEMM efficiency, and the sensitivity report says so instead of pretending otherwise."""
+    path = synthetic(ref, "llama2_inference_a100.csv", TRUTH_INFER, tmp_path)
+    result = calibrate(CaseSet.load([path], assumptions), list(TRUTH_INFER), leave_one_out=True)
+    overhead = ("ampere", "layer_overhead_us")
+    assert result["constants"][overhead] == pytest.approx(90.0, rel=0.01)
+    rise = result["mape_rise_at_10pct_pct"]
+    assert rise[overhead] > 2.0 > 0.5 > rise[("ampere", "infer_matmul_eff_fp16")]
+    # noise-free data: leaving a case out changes little, so the held-out error stays as small as the fit's
+    assert result["mape_leave_one_out_pct"] < 0.5
+
+
+def test_leave_one_out_exposes_error_the_fit_hides(ref, tmp_path, assumptions):
+    """With noise, each held-out case is predicted worse than (or as well as) when it was fitted on."""
+    path = synthetic(ref, "megatron_narayanan2021_table1.csv", TRUTH_TRAIN, tmp_path)
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    noise = [1.08, 0.93, 1.05, 0.97, 1.10, 0.90, 1.02, 0.96, 1.04, 0.95]
+    frame["measured"] = [repr(float(m) * noise[i % len(noise)]) for i, m in enumerate(frame["measured"])]
+    frame.to_csv(path, index=False)
+    result = calibrate(CaseSet.load([path], assumptions), list(TRUTH_TRAIN), leave_one_out=True)
+    assert result["mape_leave_one_out_pct"] >= result["mape_after_pct"] > 1.0
+
+
+def test_cli_writes_a_file_that_validate_explain_and_run_use(ref, tmp_path, capsys):
+    path = synthetic(ref, "megatron_narayanan2021_table1.csv", TRUTH_TRAIN, tmp_path)
+    out = tmp_path / "cal.yaml"
+    assert main(["calibrate", path, "-o", str(out), "--no-loo"]) == 0
+    text = capsys.readouterr().out
+    assert "MAPE with the fitted constants" in text and "matmul_eff_fp16" in text
+    fitted = load_calibration(out)
+    assert fitted[("ampere", "matmul_eff_fp16")] == pytest.approx(0.60, rel=0.01)
+
+    # validate: near-zero error with the calibration, the synthetic offset without
+    assert main(["validate", path, "--json", "--calibration", str(out)]) == 0
+    with_cal = yaml.safe_load(capsys.readouterr().out)["summary"][0]["mape_pct"]
+    assert main(["validate", path, "--json"]) == 0
+    without = yaml.safe_load(capsys.readouterr().out)["summary"][0]["mape_pct"]
+    assert with_cal < 0.5 < without
+
+    # explain: a lower GEMM efficiency means a longer step
+    args = ["explain", "--model", "gpt3-175b", "--system", "a100-sxm-80gb", "--gpus", "1024", "--tp", "8", "--pp",
+            "16", "--micro-batch", "1", "--global-batch", "1536", "--seq-len", "2048", "--json"]
+    assert main(args) == 0
+    base = yaml.safe_load(capsys.readouterr().out)["configuration"]["step_time_s"]
+    assert main([*args, "--calibration", str(out)]) == 0
+    calibrated = yaml.safe_load(capsys.readouterr().out)["configuration"]["step_time_s"]
+    assert calibrated > base * 1.05
+
+    # run: the constants are recorded with the results, and change them
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"name": "s", "grid": {"model": "gpt3-175b", "system": "a100-sxm-80gb",
+                                                          "gpus": 1024, "tp": 8, "pp": 16, "micro_batch": 1,
+                                                          "global_batch": 1536, "seq_len": 2048}}))
+    assert main(["run", str(spec), "-o", str(tmp_path / "r0"), "--jobs", "1", "-q"]) == 0
+    assert main(["run", str(spec), "-o", str(tmp_path / "r1"), "--jobs", "1", "-q", "--calibration", str(out)]) == 0
+    r0 = pd.read_parquet(tmp_path / "r0")["step_time_s"].iloc[0]
+    r1 = pd.read_parquet(tmp_path / "r1")["step_time_s"].iloc[0]
+    assert r1 == pytest.approx(calibrated, rel=1e-5) and r0 == pytest.approx(base, rel=1e-5)
+    meta = pq.read_schema(next((tmp_path / "r1").glob("*.parquet"))).metadata[b"dse.spec"]
+    assert b"matmul_eff_fp16" in meta and str(out).encode() in meta
+    capsys.readouterr()
+
+
+def test_bad_calibration_file_and_params_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"constants": [{"generation": "ampere", "constant": "warp_speed", "value": 1}]}))
+    with pytest.raises(InputError, match=r"bad\.yaml: constants\[0\].*warp_speed.*allowed"):
+        load_calibration(bad)
+    assert main(["validate", "x.csv", "--calibration", str(tmp_path / "none.yaml")]) == 2
+    assert "none.yaml: no such file" in capsys.readouterr().err
+    with pytest.raises(InputError, match="--params: value 'ampere:nope'.*allowed"):
+        parse_params("ampere:nope")
+    assert parse_params("ampere:memory_eff, hopper:matmul_eff_fp8") == [("ampere", "memory_eff"),
+                                                                        ("hopper", "matmul_eff_fp8")]
