@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-stamp
 REF     ?= $(firstword $(wildcard ../shared/reference) tests/reference)
 
-.PHONY: run sweep validate test bench lint venv clean
+.PHONY: run sweep figures validate calibrate test bench lint venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -18,26 +18,42 @@ SPACE   ?= spaces/default.yaml
 JOBS    ?= -1
 NAME     = $(basename $(notdir $(SPACE)))
 
-# Main job: sweep the embedded default space into results/default (Parquet), then summarize it.
+# Main job: sweep the embedded default space into results/default (Parquet), summarize the best layouts, print
+# the speed-vs-cost Pareto front per model and draw the standard figures into results/figures/default (PNG, with
+# each figure's data as Parquet beside it).
 run: $(STAMP)
-	rm -rf results/default
+	rm -rf results/default results/figures/default
 	$(BIN)/dse run spaces/default.yaml -o results/default --jobs $(JOBS)
-	$(BIN)/dse info results/default --metric tokens_per_s_per_gpu --top 25
+	$(BIN)/dse info results/default --metric tokens_per_s_per_gpu --top 10
+	$(BIN)/dse pareto results/default --objectives step_time_s:min cost_per_million_tokens_usd:min --by model \
+		--top 6 -o results/figures/default/pareto_time_cost.csv
+	$(BIN)/dse plot results/default -o results/figures/default
 
 # Any space: make sweep SPACE=spaces/llama3-70b-h100.yaml JOBS=2 (resumes an interrupted run of the same spec).
 sweep: $(STAMP)
 	$(BIN)/dse run $(SPACE) -o results/$(NAME) --jobs $(JOBS) $(if $(wildcard results/$(NAME)/_spec.yaml),--resume,)
 	$(BIN)/dse info results/$(NAME)
 
+# The standard figures of the default sweep (run first when missing) and the technology studies
+# (issue: technology nodes 12 nm -> 1 nm), PNG + Parquet data under results/figures/.
+figures: $(STAMP)
+	test -f results/default/_spec.yaml || $(BIN)/dse run spaces/default.yaml -o results/default --jobs $(JOBS)
+	$(BIN)/dse plot results/default -o results/figures/default
+
 # The model against every measured case in shared/reference.
 validate: $(STAMP)
 	$(BIN)/dse validate $(REF)/*.csv --assume dse/validation/reference_assumptions.yaml
+
+# Fit the efficiency constants to the reference cases (a demonstration of `dse calibrate` on your own cases).
+calibrate: $(STAMP)
+	$(BIN)/dse calibrate $(REF)/*.csv -o results/calibration.yaml --no-loo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
 	$(BIN)/python -m dse.bench
+	$(BIN)/python -m dse.bench_pareto
 
 lint: $(STAMP)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'

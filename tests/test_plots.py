@@ -1,0 +1,200 @@
+"""Plot data functions on a small synthetic sweep, and every drawing function writes a PNG."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dse import plots
+from dse.cost.training import MEMORY_BREAKDOWN, TIME_BREAKDOWN
+from dse.pareto import pareto_front
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def synthetic_sweep(seed: int = 0) -> pd.DataFrame:
+    """A sweep-shaped frame: catalogued models and systems, layouts, breakdown parts that sum to the totals."""
+    rng = np.random.default_rng(seed)
+    grid = list(itertools.product(["llama3-8b", "llama3-70b"], ["h100-sxm-80gb", "b200"], [64, 128, 256],
+                                  [1, 2, 4, 8], [1, 2, 4], [256, 512], ["none", "selective"]))
+    f = pd.DataFrame(grid, columns=["model", "system", "gpus", "tp", "pp", "global_batch", "recompute"])
+    n = len(f)
+    for col in ("model", "system", "recompute"):
+        f[col] = pd.Categorical(f[col], categories=list(dict.fromkeys(f[col])))
+    f["dp"] = f["gpus"] // (f["tp"] * f["pp"])
+    f["cp"], f["ep"], f["vpp"], f["micro_batch"], f["zero"] = 1, 1, 1, 1, 1
+    f["seq_len"] = 8192
+    f["precision"] = pd.Categorical(rng.choice(["bf16", "fp8"], n))
+    for col in TIME_BREAKDOWN:
+        f[col] = (rng.random(n) * (3.0 if col == "time_compute_s" else 0.3)).astype(np.float32)
+    f["step_time_s"] = f[list(TIME_BREAKDOWN)].sum(axis=1).astype(np.float32)
+    for col in MEMORY_BREAKDOWN:
+        f[col] = (rng.random(n) * 20e9).astype(np.float32)
+    f["mem_total_bytes"] = f[list(MEMORY_BREAKDOWN)].sum(axis=1).astype(np.float32)
+    f["tokens_per_s_per_gpu"] = (f["global_batch"] * f["seq_len"] / f["step_time_s"] / f["gpus"]).astype(np.float32)
+    f["params_total"] = np.where(f["model"] == "llama3-8b", 8e9, 70e9).astype(np.float32)
+    f["fits"] = rng.random(n) < 0.8
+    return f
+
+
+@pytest.fixture(scope="module")
+def sweep() -> pd.DataFrame:
+    return synthetic_sweep()
+
+
+def is_png(path: Path) -> bool:
+    return path.exists() and path.stat().st_size > 2000 and path.read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_config_label_and_describe() -> None:
+    rows = pd.DataFrame({"tp": [8, 1], "pp": [4, 2], "vpp": [1, 3], "dp": [32, 4], "cp": [1, 2], "ep": [1, 1],
+                         "micro_batch": [1, 2], "recompute": pd.Categorical(["selective", "none"]),
+                         "zero": [1, 3], "precision": ["bf16", "fp8"], "gpus": [1024, 16],
+                         "global_batch": [512, 64], "system": ["h100-sxm-80gb", "b200"]})
+    assert plots.config_label(rows).tolist() == ["tp8 pp4 dp32 mb1 sel", "tp1 pp2 vpp3 dp4 cp2 mb2 z3 fp8"]
+    assert plots.describe(rows, ["system", "gpus", "global_batch"]).tolist() == [
+        "h100-sxm-80gb · 1024 GPUs · batch 512", "b200 · 16 GPUs · batch 64"]
+
+
+def test_axis_labels_carry_units() -> None:
+    assert plots.axis_label("mem_total_bytes", "min") == "memory per GPU (GB) — lower is better"
+    assert plots.axis_label("tokens_per_s_per_gpu") == "throughput (tokens/s per GPU)"
+    assert plots.axis_label("step_time_s") == "step time (s)"
+    assert plots.axis_label("model_tflops_per_gpu") == "model FLOP rate (TFLOP/s per GPU)"
+    assert plots.quantity("mem_weights_bytes") == ("weights", "GB", 1e-9)
+
+
+def test_scaling_takes_the_best_feasible_row_per_x_and_group(sweep: pd.DataFrame) -> None:
+    data = plots.scaling_data(sweep, "tokens_per_s_per_gpu", x="gpus", by=["model", "system"])
+    feasible = sweep[sweep["fits"]]
+    expected = feasible.groupby(["model", "system", "gpus"], observed=True)["tokens_per_s_per_gpu"].max()
+    got = data.set_index(["model", "system", "gpus"])["tokens_per_s_per_gpu"]
+    assert len(data) == len(expected) == 12
+    assert np.allclose(got.loc[expected.index].to_numpy(), expected.to_numpy())
+    # an infeasible row better than every feasible one is ignored
+    boosted = sweep.copy()
+    boosted.loc[~boosted["fits"], "tokens_per_s_per_gpu"] = 1e12
+    assert plots.scaling_data(boosted, "tokens_per_s_per_gpu", x="gpus").equals(
+        plots.scaling_data(sweep, "tokens_per_s_per_gpu", x="gpus"))
+    # lower is better for times; the config label is the best row's
+    fastest = plots.scaling_data(sweep, "step_time_s", x="system", by=["model"])
+    expected_t = feasible.groupby(["model", "system"], observed=True)["step_time_s"].min()
+    assert np.allclose(fastest.set_index(["model", "system"])["step_time_s"].loc[expected_t.index], expected_t)
+    best = feasible.iloc[[int(np.argmin(feasible["step_time_s"].to_numpy()))]]
+    row = fastest[fastest["step_time_s"] == best["step_time_s"].iloc[0]].iloc[0]
+    assert row["config"] == plots.config_label(best).iloc[0]
+    assert list(fastest["system"].astype(str)[:2]) == ["h100-sxm-80gb", "b200"]  # category order kept
+
+
+def test_heatmap_takes_the_minimum_over_other_axes(sweep: pd.DataFrame) -> None:
+    where = {"model": "llama3-70b", "system": "b200", "gpus": 256}
+    table = plots.heatmap_data(sweep, "step_time_s", where=where)
+    sel = sweep[sweep["fits"] & (sweep["model"] == "llama3-70b") & (sweep["system"] == "b200")
+                & (sweep["gpus"] == 256)]
+    assert table.index.name == "pp" and table.columns.name == "tp"
+    assert list(table.index) == [1, 2, 4] and list(table.columns) == [1, 2, 4, 8]
+    expected = sel.groupby(["pp", "tp"])["step_time_s"].min()
+    assert len(expected) == 12 and np.allclose(table.stack().loc[expected.index], expected)
+    # a cell with no feasible row is NaN
+    emptier = sweep.copy()
+    emptier.loc[(emptier["tp"] == 8) & (emptier["pp"] == 4), "fits"] = False
+    assert pd.isna(plots.heatmap_data(emptier, "step_time_s", where=where).to_numpy()[2, 3])  # pp 4, tp 8
+    # throughput-like metrics take the maximum
+    thr = plots.heatmap_data(sweep, "tokens_per_s_per_gpu", where=where)
+    top = sel[(sel.pp == 1) & (sel.tp == 1)]["tokens_per_s_per_gpu"].max()
+    assert thr.to_numpy()[0, 0] == pytest.approx(float(top))
+    with pytest.raises(ValueError, match="no feasible row has system = 'tpu'; values: b200, h100-sxm-80gb"):
+        plots.heatmap_data(sweep, where={"system": "tpu"})
+
+
+def test_breakdown_parts_sum_to_totals(sweep: pd.DataFrame) -> None:
+    best = plots.best_rows(sweep, "tokens_per_s_per_gpu", ["model", "system"])
+    assert len(best) == 4
+    time = plots.breakdown_data(best, "time", label_by=["system"], facet="model")
+    assert np.allclose(time[list(TIME_BREAKDOWN)].sum(axis=1), time["total"], rtol=1e-5)
+    assert time["label"].iloc[0].startswith("h100-sxm-80gb  |  tp")
+    memory = plots.breakdown_data(best, "memory", facet="model")
+    assert np.allclose(memory[list(MEMORY_BREAKDOWN)].sum(axis=1), memory["total"], rtol=1e-5)
+    cap = dict(zip(best["system"].astype(str), memory["capacity_bytes"], strict=True))
+    assert cap["h100-sxm-80gb"] == 80 * 2**30  # binary GB, as `fits` reads them
+    with pytest.raises(ValueError, match="kind 'energy' is not allowed"):
+        plots.breakdown_data(best, "energy")
+
+
+def test_pareto_data_marks_the_front(sweep: pd.DataFrame) -> None:
+    objectives = ["tokens_per_s_per_gpu:max", "mem_total_bytes:min"]
+    data = plots.pareto_data(sweep, objectives, by=["model", "system"])
+    front = pareto_front(sweep, objectives, by=["model", "system"])
+    assert data["on_front"].sum() == len(front)
+    assert len(data) == int(sweep["fits"].sum())  # the cloud is every other feasible point
+    assert set(data.columns) == {"model", "system", "tokens_per_s_per_gpu", "mem_total_bytes", "on_front", "config"}
+    small = plots.pareto_data(sweep, objectives, max_cloud=50)
+    assert (~small["on_front"]).sum() == 50
+    three = plots.pareto_data(sweep, [*objectives, "gpus:min"], by=["model"])
+    assert three["on_front"].sum() == len(pareto_front(sweep, [*objectives, "gpus:min"], by="model"))
+    with pytest.raises(ValueError, match="needs 2 or 3 objectives"):
+        plots.pareto_data(sweep, ["step_time_s:min"])
+
+
+def test_roofline_places_ops_under_the_roof() -> None:
+    ops = pd.DataFrame({"name": ["gemm", "norm"], "flops": [2e12, 1e9], "bytes": [1e9, 1e9]})
+    data = plots.roofline_data(ops, peak_flops=1e15, bandwidth=2e12)
+    assert data["ridge_flop_per_byte"].iloc[0] == pytest.approx(500.0)
+    assert data["intensity_flop_per_byte"].tolist() == pytest.approx([2000.0, 1.0])
+    assert data["attainable_flops_per_s"].tolist() == pytest.approx([1e15, 2e12])
+    assert data["bound"].tolist() == ["compute", "memory"]
+    assert data["roofline_time_s"].tolist() == pytest.approx([2e-3, 5e-4])
+
+
+def test_layer_ops_follow_the_model_shapes() -> None:
+    ops = plots.layer_ops({"model": "llama3-70b", "tp": 8, "cp": 1, "micro_batch": 1, "seq_len": 8192,
+                           "precision": "bf16"}).set_index("name")
+    h, kv, f, T = 8192, 8 * 8192 / 64, 28672, 8192
+    assert ops.loc["QKV projection", "flops"] == pytest.approx(2 * T * (h + 2 * kv) / 8 * h)
+    assert ops.loc["FFN in (gate + up)", "flops"] == pytest.approx(2 * T * 2 * f / 8 * h)
+    assert ops.loc["attention core (flash)", "flops"] == pytest.approx(0.5 * 4 * T * T * h / 8)
+    assert (ops["bytes"] > 0).all()
+    roof = plots.gpu_roof("h100-sxm-80gb", "bf16")
+    assert roof["achieved_flops"] < roof["peak_flops"] and roof["achieved_bandwidth"] < roof["bandwidth"]
+
+
+def test_drawing_functions_write_pngs(sweep: pd.DataFrame, tmp_path: Path) -> None:
+    two = ["tokens_per_s_per_gpu:max", "mem_total_bytes:min"]
+    data = plots.pareto_data(sweep, two, by=["model", "system"])
+    assert is_png(plots.draw_pareto(data, two, tmp_path / "p2.png", facet="model", hue="system"))
+    three = ["step_time_s:min", "mem_total_bytes:min", "gpus:min"]
+    data = plots.pareto_data(sweep, three, by=["model"])
+    assert is_png(plots.draw_pareto(data, three, tmp_path / "p3.png", facet="model"))
+    data = plots.scaling_data(sweep, "tokens_per_s_per_gpu", x="gpus", by=["model", "system"])
+    assert is_png(plots.draw_scaling(data, "tokens_per_s_per_gpu", "gpus", tmp_path / "s.png", hue="model",
+                                     style="system"))
+    best = plots.best_rows(sweep, "tokens_per_s_per_gpu", ["model", "system"])
+    for kind in ("time", "memory"):
+        data = plots.breakdown_data(best, kind, label_by=["system"], facet="model")
+        assert is_png(plots.draw_breakdown(data, kind, tmp_path / f"b_{kind}.png", facet="model"))
+    data = plots.heatmap_data(sweep, where={"model": "llama3-8b", "system": "b200"})
+    assert is_png(plots.draw_heatmap(data, "step_time_s", tmp_path / "h.png"))
+    roof = plots.gpu_roof("b200", "fp8")
+    data = plots.roofline_data(plots.layer_ops({"model": "llama3-8b", "tp": 2, "seq_len": 8192}),
+                               roof["peak_flops"], roof["bandwidth"])
+    assert is_png(plots.draw_roofline(data, tmp_path / "sub" / "r.png", achieved=roof))
+
+
+def test_standard_figures_from_a_dataset(sweep: pd.DataFrame, tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    sweep.iloc[: len(sweep) // 2].to_parquet(results / "part-00000.parquet")
+    sweep.iloc[len(sweep) // 2:].to_parquet(results / "part-00001.parquet")
+    written = plots.draw_standard_figures(results, tmp_path / "figures")
+    names = {p.name for p in written}
+    assert {"pareto_throughput_memory.png", "pareto_time_memory_gpus.png", "scaling_system.png",
+            "scaling_gpus.png", "breakdown_time.png", "breakdown_memory.png"} <= names
+    assert any(n.startswith("heatmap_tp_pp_") for n in names) and any(n.startswith("roofline_") for n in names)
+    for png in written:
+        assert is_png(png)
+        data = pd.read_parquet(png.with_suffix(".parquet"))
+        assert len(data) > 0
