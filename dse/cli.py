@@ -203,12 +203,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     assert isinstance(shipped, dict)
     constants = result["constants"]
     assert isinstance(constants, dict)
-    rise = result["mape_rise_at_10pct_pct"]
-    assert isinstance(rise, dict)
-    print(f"{'generation':<12s} {'constant':<24s} {'shipped':>10s} {'fitted':>10s}  MAPE rise if 10 % off")
+    unc, hit = result["uncertainty_pct"], result["cases_affected"]
+    assert isinstance(unc, dict) and isinstance(hit, dict)
+    print(f"{'generation':<12s} {'constant':<24s} {'shipped':>10s} {'fitted':>10s} {'± 1σ':>8s}  cases")
     for (g, c), v in constants.items():
-        weak = "  (weakly constrained by these cases)" if rise[(g, c)] < 0.5 else ""
-        print(f"{g:<12s} {c:<24s} {shipped[(g, c)]:10.4g} {v:10.4g}  {rise[(g, c)]:+8.2f} points{weak}")
+        weak = "  (weakly constrained by these cases)" if not unc[(g, c)] < 10.0 else ""
+        print(f"{g:<12s} {c:<24s} {shipped[(g, c)]:10.4g} {v:10.4g} {unc[(g, c)]:7.1f}%  {hit[(g, c)]:5d}{weak}")
     print(f"MAPE with the shipped constants: {result['mape_before_pct']:.2f} %")
     print(f"MAPE with the fitted constants:  {result['mape_after_pct']:.2f} %")
     if "mape_leave_one_out_pct" in result:
