@@ -39,6 +39,7 @@ sweep: $(STAMP)
 figures: $(STAMP)
 	test -f results/default/_spec.yaml || $(BIN)/dse run spaces/default.yaml -o results/default --jobs $(JOBS)
 	$(BIN)/dse plot results/default -o results/figures/default
+	$(BIN)/python -m dse.studies -o results/figures/studies
 
 # The model against every measured case in shared/reference.
 validate: $(STAMP)

@@ -83,7 +83,7 @@ QUANTITIES: dict[str, tuple[str, str, float]] = {
     "microbatches": ("micro-batches per step", "", 1.0),
 }
 _DPI = 150
-_PLAIN = FuncFormatter(lambda v, _: f"{v:g}")  # 0.1, 1, 10 on log axes instead of 10^-1, 10^0, 10^1
+PLAIN_NUMBERS = FuncFormatter(lambda v, _: f"{v:g}")  # 0.1, 1, 10 on log axes instead of 10^-1, 10^0, 10^1
 _GIB = 2.0**30
 
 
@@ -415,11 +415,11 @@ def roofline_data(ops: pd.DataFrame, peak_flops: float, bandwidth: float) -> pd.
 # ---- drawing -------------------------------------------------------------------------------------------------
 
 
-def _figure(width: float, height: float) -> Figure:
+def new_figure(width: float, height: float) -> Figure:
     return Figure(figsize=(width, height), dpi=_DPI, layout="constrained")
 
 
-def _save(fig: Figure, path: str | Path) -> Path:
+def save_figure(fig: Figure, path: str | Path) -> Path:
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, bbox_inches="tight", pad_inches=0.1)  # constrained layout + tight box: nothing clipped
@@ -450,15 +450,16 @@ def _select(data: pd.DataFrame, column: str | None, value: Any) -> pd.DataFrame:
     return data if column is None else data[data[column] == value]
 
 
-def _colors(n: int) -> list[Any]:
-    cmap = colormaps["tab10" if n <= 10 else "tab20"]
+def color_cycle(n: int, name: str | None = None) -> list[Any]:
+    """``n`` distinct colours: tab10 up to 10, tab20 above (or the colormap ``name``)."""
+    cmap = colormaps[name or ("tab10" if n <= 10 else "tab20")]
     return [cmap(i % cmap.N) for i in range(n)]
 
 
-def _plain_log(axis: Any) -> None:
-    """Log axis ticks at 1, 2, 5 × 10ⁿ written as plain numbers."""
-    axis.set_major_locator(LogLocator(base=10.0, subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(_PLAIN)
+def plain_log(axis: Any, subs: Sequence[float] = (1.0, 2.0, 5.0)) -> None:
+    """Log axis ticks at 1, 2, 5 × 10ⁿ (or ``subs``) written as plain numbers."""
+    axis.set_major_locator(LogLocator(base=10.0, subs=tuple(subs)))
+    axis.set_major_formatter(PLAIN_NUMBERS)
     axis.set_minor_formatter(NullFormatter())
 
 
@@ -480,10 +481,10 @@ def draw_pareto(data: pd.DataFrame, objectives: str | Sequence[str | Objective],
     zc, zd = objs[2] if len(objs) == 3 else (None, None)
     facets = _values(data, facet)
     ncols = 2 if len(facets) > 1 else 1
-    fig = _figure(5.2 * ncols + (1.6 if hue and zc is None else 0.6), 0.6 + 3.9 * -(-len(facets) // ncols))
+    fig = new_figure(5.2 * ncols + (1.6 if hue and zc is None else 0.6), 0.6 + 3.9 * -(-len(facets) // ncols))
     axes = _grid(fig, len(facets), ncols)
     hues = _values(data, hue) if zc is None else [None]
-    colors = dict(zip(hues, _colors(len(hues)), strict=True))
+    colors = dict(zip(hues, color_cycle(len(hues)), strict=True))
     norm: Normalize | None = None
     cmap: Any = "viridis"
     levels: np.ndarray | None = None
@@ -521,10 +522,10 @@ def draw_pareto(data: pd.DataFrame, objectives: str | Sequence[str | Objective],
                                  edgecolors="k", linewidths=0.4, zorder=3)
         if logx if logx is not None else _spans(_display(xc, data[xc])):
             ax.set_xscale("log")
-            _plain_log(ax.xaxis)
+            plain_log(ax.xaxis)
         if logy if logy is not None else _spans(_display(yc, data[yc])):
             ax.set_yscale("log")
-            _plain_log(ax.yaxis)
+            plain_log(ax.yaxis)
         ax.set_xlabel(axis_label(xc, xd))
         ax.set_ylabel(axis_label(yc, yd))
         ax.grid(True, alpha=0.3)
@@ -534,7 +535,7 @@ def draw_pareto(data: pd.DataFrame, objectives: str | Sequence[str | Objective],
         cbar = fig.colorbar(scatter, ax=axes, shrink=0.7)
         cbar.set_label(axis_label(zc, zd))
         if isinstance(norm, LogNorm):
-            _plain_log(cbar.ax.yaxis)
+            plain_log(cbar.ax.yaxis)
         if levels is not None:
             cbar.set_ticks(list(range(levels.size)), labels=[f"{v:g}" for v in levels])
     handles: list[Any] = [Line2D([], [], ls="", marker="o", ms=4, color="0.7", label="feasible configurations")]
@@ -549,7 +550,7 @@ def draw_pareto(data: pd.DataFrame, objectives: str | Sequence[str | Objective],
                frameon=False)
     names = " vs ".join(quantity(c)[0] for c, _ in objs[:2])
     fig.suptitle(title or f"Pareto front: {names}" + (f", colour = {quantity(zc)[0]}" if zc else ""))
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def draw_scaling(data: pd.DataFrame, metric: str, x: str, path: str | Path, hue: str | None = None,
@@ -560,10 +561,10 @@ def draw_scaling(data: pd.DataFrame, metric: str, x: str, path: str | Path, hue:
     categorical = not pd.api.types.is_numeric_dtype(data[x])
     position = {v: i for i, v in enumerate(xs)}
     hues, styles = _values(data, hue), _values(data, style)
-    colors = dict(zip(hues, _colors(len(hues)), strict=True))
+    colors = dict(zip(hues, color_cycle(len(hues)), strict=True))
     dashes = dict(zip(styles, ["-", "--", ":", "-."] * (len(styles) // 4 + 1), strict=False))
     markers = dict(zip(styles, ["o", "s", "^", "D", "v"] * (len(styles) // 5 + 1), strict=False))
-    fig = _figure(7.5 + 0.04 * max(len(str(v)) for v in xs) * len(xs), 4.4)
+    fig = new_figure(7.5 + 0.04 * max(len(str(v)) for v in xs) * len(xs), 4.4)
     ax = fig.subplots()
     for hv in hues:
         for sv in styles:
@@ -592,7 +593,7 @@ def draw_scaling(data: pd.DataFrame, metric: str, x: str, path: str | Path, hue:
     yv = yv[np.isfinite(yv) & (yv > 0)]
     if yv.size and yv.max() / yv.min() > 8:  # groups of very different scale: log axis, plain numbers
         ax.set_yscale("log")
-        _plain_log(ax.yaxis)
+        plain_log(ax.yaxis)
     else:
         ax.set_ylim(bottom=0)
     if hue or style:
@@ -600,7 +601,7 @@ def draw_scaling(data: pd.DataFrame, metric: str, x: str, path: str | Path, hue:
                   title=" · ".join(axis_label(c) for c in (hue, style) if c))
     best = "highest" if (direction or default_direction(metric)) == "max" else "lowest"
     ax.set_title(title or f"Best {quantity(metric)[0]} vs {quantity(x)[0]} ({best} over all layouts)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def draw_breakdown(data: pd.DataFrame, kind: str, path: str | Path, facet: str | None = None,
@@ -613,10 +614,10 @@ def draw_breakdown(data: pd.DataFrame, kind: str, path: str | Path, facet: str |
     facets = _values(data, facet)
     heights = [max(len(_select(data, facet, fv)), 1) for fv in facets]
     longest = max((len(s) for s in data["label"]), default=10)
-    fig = _figure(6.0 + 0.065 * longest, 0.9 + sum(0.3 * h + 0.55 for h in heights))
+    fig = new_figure(6.0 + 0.065 * longest, 0.9 + sum(0.3 * h + 0.55 for h in heights))
     axes = fig.subplots(len(facets), 1, squeeze=False, sharex=kind == "memory",
                         gridspec_kw={"height_ratios": heights}).ravel()
-    palette = _colors(len(every))  # a part keeps its colour in every figure
+    palette = color_cycle(len(every))  # a part keeps its colour in every figure
     colors = {p: palette[every.index(p)] for p in parts}
     for ax, fv in zip(axes, facets, strict=True):
         part = _select(data, facet, fv).iloc[::-1]  # first row on top
@@ -645,7 +646,7 @@ def draw_breakdown(data: pd.DataFrame, kind: str, path: str | Path, facet: str |
                fontsize=8, frameon=False)
     default = "Step time breakdown (exposed communication)" if kind == "time" else "Memory per GPU (peak stage)"
     fig.suptitle(title or default)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def draw_heatmap(data: pd.DataFrame, metric: str, path: str | Path, title: str | None = None,
@@ -655,7 +656,7 @@ def draw_heatmap(data: pd.DataFrame, metric: str, path: str | Path, title: str |
     d = direction or default_direction(metric)
     values = _display(metric, data.to_numpy(dtype=np.float64))
     ny, nx = values.shape
-    fig = _figure(max(4.8, 1.0 * nx + 2.8), max(3.6, 0.65 * ny + 1.8))
+    fig = new_figure(max(4.8, 1.0 * nx + 2.8), max(3.6, 0.65 * ny + 1.8))
     ax = fig.subplots()
     masked = np.ma.masked_invalid(values)
     cmap = "viridis_r" if d == "min" else "viridis"  # bright = good
@@ -685,7 +686,7 @@ def draw_heatmap(data: pd.DataFrame, metric: str, path: str | Path, title: str |
     cbar = fig.colorbar(image, ax=ax)
     cbar.set_label(f"best {axis_label(metric)}")
     ax.set_title(title or f"Best {quantity(metric)[0]} per {data.columns.name} × {data.index.name}", fontsize=10)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _rectangle(x: float, y: float) -> Any:
@@ -706,7 +707,7 @@ def draw_roofline(data: pd.DataFrame, path: str | Path, title: str | None = None
     lo = min(float(np.nanmin(intensity)), ridge) / 8.0
     hi = max(float(np.nanmax(intensity)), ridge) * 4.0
     grid = np.geomspace(lo, hi, 200)
-    fig = _figure(7.5, 5.6)
+    fig = new_figure(7.5, 5.6)
     ax = fig.subplots()
     ax.plot(grid, np.minimum(peak, bandwidth * grid) / 1e12, "k-", lw=2,
             label=f"peak roof: {peak / 1e12:.0f} TFLOP/s, {bandwidth / 1e12:.2f} TB/s")
@@ -720,7 +721,7 @@ def draw_roofline(data: pd.DataFrame, path: str | Path, title: str | None = None
     ax.text(ridge * 0.9, np.sqrt(bottom * peak / 1e12), f"ridge point {ridge:.0f} FLOP/byte", rotation=90,
             ha="right", va="center", fontsize=8, color="0.3")
     markers = ["o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">"]
-    colors = _colors(len(data))
+    colors = color_cycle(len(data))
     for i, (_, op) in enumerate(data.iterrows()):  # one marker per operation (a handful), for the legend
         ax.scatter(op["intensity_flop_per_byte"], op["attainable_flops_per_s"] / 1e12, s=60, zorder=3,
                    marker=markers[i % len(markers)], color=colors[i], edgecolors="k", linewidths=0.5,
@@ -729,26 +730,32 @@ def draw_roofline(data: pd.DataFrame, path: str | Path, title: str | None = None
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_ylim(bottom, peak / 1e12 * 3)
-    _plain_log(ax.xaxis)
-    _plain_log(ax.yaxis)
+    plain_log(ax.xaxis)
+    plain_log(ax.yaxis)
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("attainable performance (TFLOP/s)")
     ax.grid(True, which="major", alpha=0.3)
     fig.legend(loc="outside lower center", ncols=1, fontsize=8, frameon=False)
     ax.set_title(title or "Roofline", fontsize=10)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 # ---- the standard set ----------------------------------------------------------------------------------------
 
 
-def _write(data: pd.DataFrame, png: Path) -> None:
-    """Plot data beside its PNG as Parquet (string column names, index as columns)."""
+def write_plot_data(data: pd.DataFrame, png: Path) -> Path:
+    """Plot data beside its PNG as Parquet (same stem; string column names, a non-trivial index as columns,
+    categoricals as strings)."""
     frame = data.copy()
     if not isinstance(frame.index, pd.RangeIndex):
         frame = frame.reset_index()
     frame.columns = [str(c) for c in frame.columns]
-    frame.to_parquet(png.with_suffix(".parquet"), index=False)
+    for col in frame.columns:
+        if isinstance(frame[col].dtype, pd.CategoricalDtype):
+            frame[col] = frame[col].astype(str)
+    out = png.with_suffix(".parquet")
+    frame.to_parquet(out, index=False)
+    return out
 
 
 def _slug(*parts: object) -> str:
@@ -793,7 +800,7 @@ def draw_standard_figures(results_dir: str | Path, out_dir: str | Path, model: s
     written: list[Path] = []
 
     def emit(data: pd.DataFrame, png: Path) -> None:
-        _write(data, png)
+        write_plot_data(data, png)
         written.append(png)
 
     models = _values(frame, "model")
