@@ -51,7 +51,9 @@ def cost_per_million_tokens(spec: Spec, systems: np.ndarray, x: dict[str, np.nda
                             out: dict[str, np.ndarray]) -> np.ndarray:
     """USD per million tokens: price · gpus · time / 3600 / tokens · 10⁶ — tokens trained per step, or output
     tokens generated per batch (inference)."""
-    price = spec.prices[systems] if len(spec.prices) else np.full(len(systems), np.nan)
+    if not len(spec.prices) or np.isnan(spec.prices).all():
+        return np.full(len(systems), np.nan, dtype=DTYPE)  # no price: no cost
+    price = spec.prices[systems]
     if spec.task == "infer":
         hours, tokens = out["e2e_latency_s"] / 3600.0, x["dp"] * x["batch"] * x["output_len"]
     else:
@@ -135,7 +137,7 @@ def _evaluate_batch(spec: Spec, grid: Grid, start: int, stop: int, feasible_only
         systems, points, model = systems[idx], cols["point"][idx], cols["model"][idx]
     else:
         points, model = cols["point"], cols["model"]
-    out = infer_step(x, hw) if spec.task == "infer" else train_step(x, hw)
+    out = infer_step(x, hw) if spec.task == "infer" else train_step(x, hw, out_dtype=DTYPE)
     out[COST_COLUMN] = cost_per_million_tokens(spec, systems, x, out)
     keep = np.ones(len(points), dtype=bool)
     reason = out["reason"]

@@ -113,13 +113,14 @@ MEMORY_BREAKDOWN: tuple[str, ...] = (
 )
 
 
-def train_step(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dict[str, Array]:
+def train_step(inputs: Mapping[str, object], hw: Mapping[str, object],
+               out_dtype: type = np.float64) -> dict[str, Array]:
     """Evaluate the training cost model.
 
     ``inputs`` holds :data:`TRAIN_INPUTS`, ``hw`` the :data:`dse.hardware.catalog.HARDWARE_COLUMNS`
     (achieved rates, SI units), each a scalar or an array; the result maps :data:`TRAIN_METRICS` plus
     ``fits`` (bool) and ``reason`` (int code into :data:`dse.codes.REASONS`) to arrays of the broadcast
-    shape (float64).
+    shape (``out_dtype``: float64 for tables; sweeps take the kernel's float32 as is).
     """
     names = TRAIN_INPUTS + HARDWARE_COLUMNS
     arrays = np.broadcast_arrays(
@@ -138,7 +139,7 @@ def train_step(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dict[s
         if n_ok < COMPACT_BELOW * ok.size:
             idx = np.flatnonzero(ok)
             sub = _train_step({k: v[idx] for k, v in cols.items()})
-            block = np.full((len(TRAIN_METRICS), ok.size), np.nan)
+            block = np.full((len(TRAIN_METRICS), ok.size), np.nan, dtype=out_dtype)
             out = dict(zip(TRAIN_METRICS, block, strict=True))
             for k in TRAIN_METRICS:
                 out[k][idx] = sub[k]
@@ -147,7 +148,7 @@ def train_step(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dict[s
         else:
             full = _train_step(cols)
             nan_mask = np.where(ok, 0.0, np.nan).astype(DTYPE)  # one select; metrics get NaN by an addition
-            out = {k: (full[k] + nan_mask).astype(np.float64, copy=False) for k in TRAIN_METRICS}
+            out = {k: (full[k] + nan_mask).astype(out_dtype, copy=False) for k in TRAIN_METRICS}
             exceeds = ok & ~full["fits"]
     result: dict[str, Array] = {k: v.reshape(shape) for k, v in out.items()}
     result["fits"] = (ok & ~exceeds).reshape(shape)
@@ -187,6 +188,11 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     qlora = (x["finetune"] == codes.FINETUNE_QLORA).astype(f64)
     off_opt = (x["offload"] >= 1).astype(f64)
     off_all = (x["offload"] >= 2).astype(f64)
+    # Whole-batch switches: the fine-tuning and offload terms are computed only when some row of this call
+    # uses them (a masked term is exactly the alternative where its mask is 0, so skipping it when the mask is
+    # 0 everywhere changes no value; it saves a quarter of the kernel's time on pre-training sweeps).
+    any_peft, any_qlora = bool(peft.any()), bool(qlora.any())
+    any_offload, any_stream = bool(off_opt.any()), bool(off_all.any())
 
     # ---- shapes -----------------------------------------------------------------------------------------
     kk = 1.0 + moe * (topk - 1.0)  # expert visits per token
@@ -222,16 +228,22 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     # GEMM only, half of full training's.
     r = x["lora_rank"]
     targets = x["lora_targets"]
-    attn_io = pick((targets == 2) * 1.0, (h + h) + (h + kvw), (h + h + 2.0 * kvw) + (h + h))
-    mlp_io = (targets == 0) * ((h + (n_mlp - 1.0) * f) + (f + h))
-    adapter_layer = r * (attn_io + mlp_io * (1.0 + moe * (E / e - 1.0))) / t  # parameters per GPU and layer
-    adapter_fwd = peft * gemm_flops(T, r, attn_io + mlp_io * kk) / t / mm_rate
-    p_base_layer = (h * (2.0 * h + 2.0 * kvw) + (1.0 + moe * (E / e - 1.0)) * expert_params(h, f, mlp)) / t \
-        + moe * h * E
-    dequant = qlora * K.QLORA_DEQUANT_BYTES * p_base_layer / mem_rate  # per use of the weights
-    gemm_bwd = pick(peft, gemm_fwd + 2.0 * adapter_fwd + dequant, 2.0 * gemm_fwd)
-    wgrad = pick(peft, 2.0 * adapter_fwd, gemm_fwd)
-    gemm_fwd = gemm_fwd + adapter_fwd + dequant
+    adapter_layer: Array | float = 0.0
+    if any_peft:
+        attn_io = pick((targets == 2) * 1.0, (h + h) + (h + kvw), (h + h + 2.0 * kvw) + (h + h))
+        mlp_io = (targets == 0) * ((h + (n_mlp - 1.0) * f) + (f + h))
+        adapter_layer = r * (attn_io + mlp_io * (1.0 + moe * (E / e - 1.0))) / t  # parameters per GPU, layer
+        adapter_fwd = peft * gemm_flops(T, r, attn_io + mlp_io * kk) / t / mm_rate
+        dequant: Array | float = 0.0
+        if any_qlora:
+            p_base_layer = (h * (2.0 * h + 2.0 * kvw) + (1.0 + moe * (E / e - 1.0)) * expert_params(h, f, mlp)) \
+                / t + moe * h * E
+            dequant = qlora * K.QLORA_DEQUANT_BYTES * p_base_layer / mem_rate  # per use of the weights
+        gemm_bwd = pick(peft, gemm_fwd + 2.0 * adapter_fwd + dequant, 2.0 * gemm_fwd)
+        wgrad = pick(peft, 2.0 * adapter_fwd, gemm_fwd)
+        gemm_fwd = gemm_fwd + adapter_fwd + dequant
+    else:
+        gemm_bwd, wgrad = 2.0 * gemm_fwd, gemm_fwd
 
     # ---- attention core ---------------------------------------------------------------------------------
     flash_fwd = K.CAUSAL_FRACTION * 4.0 * b * (s / c) * s * h / t / hw["attention_rate"]
@@ -321,13 +333,19 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     p_expert = moe * lps * p_expert_layer
     p_dense = p_stage - p_expert
     # what the optimizer updates: every weight, or (LoRA / QLoRA) only the adapters, all synced as dense
-    p_adapters = lps * adapter_layer
-    p_train = pick(peft, p_adapters, p_stage)
-    p_dense_train = pick(peft, p_adapters, p_dense)
-    p_expert_train = (1.0 - peft) * p_expert
     # bytes of the weights a GPU holds: 16-bit, or QLoRA's 4-bit layers with 16-bit embeddings and adapters
-    weight_stage_bytes = pick(qlora, K.QLORA_WEIGHT_BYTES * lps * p_layer + 2.0 * (p_stage - lps * p_layer),
-                              2.0 * p_stage) + peft * 2.0 * p_adapters
+    if any_peft:
+        p_adapters = lps * adapter_layer
+        p_train = pick(peft, p_adapters, p_stage)
+        p_dense_train = pick(peft, p_adapters, p_dense)
+        p_expert_train = (1.0 - peft) * p_expert
+        weight_stage_bytes = 2.0 * p_stage + peft * 2.0 * p_adapters
+        if any_qlora:
+            weight_stage_bytes = pick(qlora, K.QLORA_WEIGHT_BYTES * lps * p_layer + 2.0 * (p_stage - lps * p_layer),
+                                      2.0 * p_stage) + peft * 2.0 * p_adapters
+    else:
+        p_train, p_dense_train, p_expert_train = p_stage, p_dense, p_expert
+        weight_stage_bytes = 2.0 * p_stage
 
     # ---- data parallel synchronisation and optimizer ----------------------------------------------------
     dpc = d * c
@@ -354,10 +372,6 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     # come back before the next forward.  all: the weights also live on the CPU and are streamed in for every
     # micro-batch's forward and backward, prefetched under the compute.
     host = hw["host_bw"]
-    d2h = off_opt * GRAD_COMM_BYTES * opt_params / host
-    h2d = off_opt * 2.0 * opt_params / host
-    cpu_adam = off_opt * opt_params * K.ADAM_BYTES_PER_PARAM / K.HOST_OPTIMIZER_BYTES_PER_S
-    stream = off_all * 2.0 * weight_stage_bytes / host  # forward and backward of one micro-batch
 
     # ---- what the compute hides -----------------------------------------------------------------------
     # Per micro-batch, transfers on different links (NIC for data-parallel sync, PCIe for offload) proceed at
@@ -378,10 +392,17 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
         return pick((m <= 1) * 1.0, only, many)
 
     serial_dp = (1.0 - dp_overlap) * (m * gathers + grad_sync + z12 * param_gather)
-    hidden_dp = exposed(0.0 * stream, 0.0 * d2h)
+    hidden_dp = exposed(0.0, 0.0)
     dp_exposed = serial_dp + hidden_dp
-    offload = cpu_adam + h2d + exposed(stream, d2h) - hidden_dp
-    t_opt = (1.0 - off_opt) * t_opt_gpu
+    if any_offload:
+        d2h = off_opt * GRAD_COMM_BYTES * opt_params / host
+        h2d = off_opt * 2.0 * opt_params / host
+        cpu_adam = off_opt * opt_params * K.ADAM_BYTES_PER_PARAM / K.HOST_OPTIMIZER_BYTES_PER_S
+        stream = off_all * 2.0 * weight_stage_bytes / host  # forward and backward of one micro-batch
+        offload = cpu_adam + h2d + exposed(stream, d2h) - hidden_dp
+        t_opt = (1.0 - off_opt) * t_opt_gpu
+    else:
+        offload, t_opt = 0.0 * t_opt_gpu, t_opt_gpu
 
     step = t_pipe + dp_exposed + t_opt + offload
 
@@ -392,8 +413,9 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     mflops = model_flops_per_token(L, p_active, s, h, V) * tokens
     # LoRA / QLoRA execute the forward and the input gradient of the frozen model (2/3 of full training's
     # FLOPs, no weight gradient) plus forward and both gradients of the adapters
-    adapter_flops = 3.0 * L * gemm_flops(1.0, r, attn_io + mlp_io * kk) * tokens
-    mflops = pick(peft, mflops * (2.0 / 3.0) + adapter_flops, mflops)
+    if any_peft:
+        adapter_flops = 3.0 * L * gemm_flops(1.0, r, attn_io + mlp_io * kk) * tokens
+        mflops = pick(peft, mflops * (2.0 / 3.0) + adapter_flops, mflops)
     hflops = mflops + recompute_flops_per_token(L, p_active, s, h, full, selective) * tokens
     gpu_seconds = step * gpus
 
@@ -428,7 +450,7 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
         "time_offload_s": offload,
         "params_total": params_total,
         "params_per_gpu": p_stage,
-        "params_trainable": pick(peft, L * adapter_layer * t, params_total),
+        "params_trainable": pick(peft, L * adapter_layer * t, params_total) if any_peft else params_total,
         # every GPU drawing its rated power for the whole step (ASSUMPTION: an upper bound; host, network
         # and cooling not included)
         "energy_per_step_j": gpu_seconds * hw["tdp_w"],
@@ -446,9 +468,12 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     act_last = inflight_layer_microbatches_last_stage(m, p, v, L) * act_layer + act_transient + logits
     act = np.maximum(act_first, act_last)  # both stages hold p_stage parameters
     weights = weight_bytes(weight_stage_bytes / 2.0, dpc, zero)  # memory.weight_bytes counts 2 bytes each
-    weights = pick(off_all, 2.0 * (weight_stage_bytes / lps), weights)  # offloaded: two layers on the GPU
+    if any_stream:
+        weights = pick(off_all, 2.0 * (weight_stage_bytes / lps), weights)  # offloaded: two layers on the GPU
     grads = gradient_bytes(p_train, dpc, zero)
-    optim = (1.0 - off_opt) * optimizer_bytes(p_train, dpc, zero)
+    optim = optimizer_bytes(p_train, dpc, zero)
+    if any_offload:
+        optim = (1.0 - off_opt) * optim
     buffers = K.RUNTIME_RESERVED_BYTES + z3 * (2.0 * 2.0 * p_layer)  # ZeRO-3 prefetches two layers
     total = weights + grads + optim + act + buffers
     out.update({
