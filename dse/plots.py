@@ -81,6 +81,14 @@ QUANTITIES: dict[str, tuple[str, str, float]] = {
     "global_batch": ("global batch", "sequences", 1.0),
     "seq_len": ("sequence length", "tokens", 1.0),
     "microbatches": ("micro-batches per step", "", 1.0),
+    "energy_per_step_j": ("energy per step", "kJ", 1e-3),
+    "energy_per_token_j": ("energy per token", "J", 1.0),
+    "cost_per_million_tokens_usd": ("cost", "USD per million tokens", 1.0),
+    "ttft_s": ("time to first token", "s", 1.0),
+    "tpot_s": ("time per output token", "ms", 1e3),
+    "e2e_latency_s": ("end-to-end latency", "s", 1.0),
+    "output_tokens_per_s_per_gpu": ("output throughput", "tokens/s per GPU", 1.0),
+    "kv_cache_bytes": ("KV cache per GPU", "GB", 1e-9),
 }
 _DPI = 150
 PLAIN_NUMBERS = FuncFormatter(lambda v, _: f"{v:g}")  # 0.1, 1, 10 on log axes instead of 10^-1, 10^0, 10^1
