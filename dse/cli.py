@@ -15,10 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from dse import __version__
-from dse.frame import CATEGORICAL, InputError
+from dse.frame import CATEGORICAL, InputError, read_yaml
 from dse.spec import SpecError
 
 #: ``dse explain`` options: schema column → type shown in --help.
@@ -45,13 +44,7 @@ class CliError(Exception):
 
 
 def _read_config(path: str) -> dict[str, object]:
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise CliError(f"{path}: no such file") from exc
-    except (OSError, yaml.YAMLError) as exc:
-        raise CliError(f"{path}: not valid YAML: {exc}") from exc
+    data = read_yaml(path, "configuration keys")
     if data is None:
         data = {}
     if not isinstance(data, dict):

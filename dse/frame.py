@@ -9,9 +9,11 @@ optional knobs of this model (:data:`OPTIONAL_KNOBS`).  Empty cells take the def
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from dse import codes
 from dse.cost.inference import INFER_METRICS, infer_step
@@ -37,6 +39,18 @@ INTEGER_MAX: dict[str, int] = {"sp": 1, "zero": 3, "dp_overlap": 1, "pp_overlap"
 
 class InputError(ValueError):
     """Bad input table: the message names the source, the row, the column, the value and what is allowed."""
+
+
+def read_yaml(path: str | Path, what: str) -> object:
+    """The parsed content of a user's YAML file (``what`` it should hold goes into the message); InputError
+    naming the file when it is missing, unreadable or not YAML."""
+    p = Path(path)
+    try:
+        return yaml.safe_load(p.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise InputError(f"{p}: no such file") from exc
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise InputError(f"{p}: not valid YAML ({what}): {' '.join(str(exc).split())}") from exc
 
 
 def _where(source: str, frame: pd.DataFrame, pos: int) -> str:

@@ -37,6 +37,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullForma
 from dse.cost import constants as K
 from dse.cost.compute import gemm_bytes, gemm_flops
 from dse.cost.training import MEMORY_BREAKDOWN, TIME_BREAKDOWN
+from dse.cost.transformer import kv_width, layer_gemm_shapes
 from dse.explain import MEMORY_LABELS, TIME_LABELS
 from dse.info import HIGH_IS_BETTER
 from dse.pareto import Objective, as_objectives, front_mask, load_results
@@ -329,12 +330,12 @@ def layer_ops(config: Mapping[str, Any]) -> pd.DataFrame:
     """FLOPs and HBM bytes of the forward operations of one transformer layer, one micro-batch, one GPU, with
     the shapes :mod:`dse.cost.training` times (plus the logits GEMM of the last stage).
 
-    GEMMs: ``2·m·n·k`` FLOPs and ``m·k·in + k·n·w + m·n·2`` bytes (:func:`dse.cost.compute.gemm_bytes`), with
-    T = b·s/cp tokens, QKV width (h + 2·kv)/tp, FFN widths (n_mlp − 1)·f/tp and f/tp, top-k expert tokens and
-    the local experts' weights for MoE.  FlashAttention: ``CAUSAL_FRACTION · 4·b·(s/cp)·s·h/tp`` FLOPs and
-    Q, K, V, O streamed once in 16 bits (the IO lower bound of Dao et al. 2022); unfused attention: ``4·b·s²·h/tp``
-    FLOPs and ``STANDARD_ATTENTION_FWD_BYTES`` per score element.  Element-wise kernels have no FLOPs in the model
-    and are left out.  ``config`` holds a catalogued ``model`` name or the dimensions, and the layout columns.
+    GEMMs: the shapes of :func:`dse.cost.transformer.layer_gemm_shapes` (the ones the training model times),
+    ``2·m·n·k`` FLOPs and ``m·k·in + k·n·w + m·n·2`` bytes (:func:`dse.cost.compute.gemm_bytes`), T = b·s/cp.
+    FlashAttention: ``CAUSAL_FRACTION · 4·b·(s/cp)·s·h/tp`` FLOPs and Q, K, V, O streamed once in 16 bits (the IO
+    lower bound of Dao et al. 2022); unfused attention: ``4·b·s²·h/tp`` FLOPs and
+    ``STANDARD_ATTENTION_FWD_BYTES`` per score element.  Element-wise kernels have no FLOPs in the model and are
+    left out.  ``config`` holds a catalogued ``model`` name or the dimensions, and the layout columns.
     """
     c = dict(config)
     if "hidden" not in c:
@@ -358,13 +359,10 @@ def layer_ops(config: Mapping[str, Any]) -> pd.DataFrame:
     n_mlp = 3.0 if str(c.get("mlp", "gelu")) == "swiglu" else 2.0
     moe = E > 1
     T = b * s / cp
-    kvw = g * h / a
-    n_qkv, n_fc1 = (h + 2 * kvw) / t, (n_mlp - 1) * f / t
-    tk = T * (topk if moe else 1.0)
-    w_exp = ob * (E / ep if moe else 1.0)
+    kvw = kv_width(h, a, g)
     names = ["QKV projection", "attention output projection", "FFN in" + (" (gate + up)" if n_mlp == 3 else ""),
              "FFN out"]
-    shapes = [(T, n_qkv, h, ob), (T, h, h / t, ob), (tk, n_fc1, h, w_exp), (tk, h, f / t, w_exp)]
+    shapes = layer_gemm_shapes(T, h, kvw, f, n_mlp, t, topk if moe else 1.0, ob, E / ep if moe else 1.0)
     flops = [float(gemm_flops(m, n, k)) for m, n, k, _ in shapes]
     moved = [float(gemm_bytes(m, n, k, ob, w, 2.0)) for m, n, k, w in shapes]
     if str(c.get("attention", "flash")) == "standard":
@@ -383,20 +381,16 @@ def layer_ops(config: Mapping[str, Any]) -> pd.DataFrame:
 
 def gpu_roof(system: str, precision: str = "bf16") -> dict[str, float]:
     """Peak dense tensor FLOP/s at ``precision`` and HBM bytes/s of a catalogued system, and the achieved rates
-    the model uses (× the generation's matmul and memory efficiencies, ``dse/hardware/efficiency.csv``)."""
-    from dse.hardware.catalog import efficiency, systems
+    the model uses (the kernel's hardware columns, :func:`dse.hardware.catalog.hardware_columns`)."""
+    from dse.hardware import catalog as hwcat
 
-    cat = systems()
-    if system not in cat.index:
-        raise ValueError(f"system {system!r} is not in the catalog; known systems: {', '.join(cat.index)}")
-    row = cat.loc[system].to_dict()
-    eff = efficiency().loc[str(row["generation"])].to_dict()
+    if system not in hwcat.system_names():
+        raise ValueError(f"system {system!r} is not in the catalog; known systems: "
+                         f"{', '.join(hwcat.system_names())}")
+    hw = {k: float(v[0]) for k, v in hwcat.hardware_columns(hwcat.system_codes([system])).items()}
     fmt = {"fp8": "fp8", "fp4": "fp4"}.get(precision, "fp16")
-    peak = float(row[f"tensor_{fmt}_tflops"]) * 1e12
-    bandwidth = float(row["hbm_tbps"]) * 1e12
-    return {"peak_flops": peak, "bandwidth": bandwidth,
-            "achieved_flops": peak * float(eff[f"matmul_eff_{fmt}"]),
-            "achieved_bandwidth": bandwidth * float(eff["memory_eff"])}
+    return {"peak_flops": hw[f"tensor_{fmt}_flops"], "bandwidth": hw["hbm_bw"],
+            "achieved_flops": hw[f"matmul_{fmt}_rate"], "achieved_bandwidth": hw["memory_rate"]}
 
 
 def roofline_data(ops: pd.DataFrame, peak_flops: float, bandwidth: float) -> pd.DataFrame:

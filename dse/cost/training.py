@@ -62,6 +62,7 @@ from dse.cost.select import divides, pick
 from dse.cost.transformer import (
     expert_params,
     kv_width,
+    layer_gemm_shapes,
     mlp_matrices,
     model_flops_per_token,
     recompute_flops_per_token,
@@ -211,17 +212,14 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     ob = operand_bytes(is_fp8, is_fp4)
 
     # ---- GEMMs of one layer, forward (backward = dgrad + wgrad, each the forward's shape) ---------------
-    n_qkv = (h + 2.0 * kvw) / t
-    n_fc1 = (n_mlp - 1.0) * f / t
     tk = T * kk
-    w_experts = ob * (1.0 + moe * (E / e - 1.0))  # a grouped GEMM streams every local expert's weights
-    gemm_fwd = (
-        roofline_time(gemm_flops(T, n_qkv, h), gemm_bytes(T, n_qkv, h, ob, ob, 2.0), mm_rate, mem_rate)
-        + roofline_time(gemm_flops(T, h, h / t), gemm_bytes(T, h, h / t, ob, ob, 2.0), mm_rate, mem_rate)
-        + roofline_time(gemm_flops(tk, n_fc1, h), gemm_bytes(tk, n_fc1, h, ob, w_experts, 2.0), mm_rate, mem_rate)
-        + roofline_time(gemm_flops(tk, h, f / t), gemm_bytes(tk, h, f / t, ob, w_experts, 2.0), mm_rate, mem_rate)
-        + moe * gemm_flops(T, E, h) / rate16  # router
-    )
+    shapes = layer_gemm_shapes(T, h, kvw, f, n_mlp, t, kk, ob, 1.0 + moe * (E / e - 1.0))
+    n_qkv, n_fc1 = shapes[0][1], shapes[2][1]
+    gemm_fwd = 0.0
+    for gm, gn, gk, w in shapes:
+        gemm_fwd = gemm_fwd + roofline_time(gemm_flops(gm, gn, gk), gemm_bytes(gm, gn, gk, ob, w, 2.0), mm_rate,
+                                            mem_rate)
+    gemm_fwd = gemm_fwd + moe * gemm_flops(T, E, h) / rate16  # router
     # ---- LoRA / QLoRA: rank-r adapters B·A on the target projections (Hu et al. 2021) -----------------
     # An adapter on a d_in×d_out weight holds r·(d_in + d_out) parameters and costs 2·r·(d_in + d_out) FLOPs
     # per token forward.  The frozen weights need no weight gradient: their backward is the input-gradient

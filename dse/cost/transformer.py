@@ -26,6 +26,27 @@ def kv_width(hidden: Array, heads: Array, kv_heads: Array) -> Array:
     return kv_heads * hidden / heads
 
 
+def layer_gemm_shapes(tokens: Array, hidden: Array, kv_w: Array, ffn_hidden: Array, n_mlp: Array, tp: Array,
+                      expert_visits: Array, weight_bytes: Array, local_experts: Array
+                      ) -> tuple[tuple[Array, Array, Array, Array], ...]:
+    """(m, n, k, weight bytes per element) of the four GEMMs of one layer's forward on one GPU, in the order
+    QKV, attention output, FFN in, FFN out.
+
+    Megatron tensor parallelism (Narayanan et al. 2021 §3.2): QKV and FFN-in column-parallel (n split by tp;
+    QKV width h + 2·g·d with GQA), attention-output and FFN-out row-parallel (k split by tp).  FFN in holds
+    n_mlp − 1 matrices (gate + up for swiglu).  Mixture of experts: every token visits ``expert_visits`` experts
+    (top_k), and a grouped GEMM streams the weights of all ``local_experts`` (E / ep) of the GPU once.
+    """
+    tk = tokens * expert_visits
+    w_experts = weight_bytes * local_experts
+    return (
+        (tokens, (hidden + 2.0 * kv_w) / tp, hidden, weight_bytes),
+        (tokens, hidden, hidden / tp, weight_bytes),
+        (tk, (n_mlp - 1.0) * ffn_hidden / tp, hidden, w_experts),
+        (tk, hidden, ffn_hidden / tp, w_experts),
+    )
+
+
 def attention_params(hidden: Array, heads: Array, kv_heads: Array) -> Array:
     """Q, K, V and output projections: h·(h + 2·g·d) + h·h (biases and norms neglected, < 0.1 %)."""
     return hidden * (hidden + 2.0 * kv_width(hidden, heads, kv_heads)) + hidden * hidden

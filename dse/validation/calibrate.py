@@ -20,7 +20,7 @@ import yaml
 from dse import __version__, codes
 from dse.cost.inference import infer_step
 from dse.cost.training import train_step
-from dse.frame import InputError, infer_inputs, train_inputs
+from dse.frame import InputError, infer_inputs, read_yaml, train_inputs
 from dse.hardware import catalog as hwcat
 from dse.validation.fit import nelder_mead
 from dse.validation.validate import METRIC_TASK, METRICS, Assumption, apply_assumptions, read_cases
@@ -35,7 +35,7 @@ class _Block:
     task: str
     x: dict[str, np.ndarray]
     systems: np.ndarray
-    columns: list[str]  #: the output compared with each row's measurement
+    columns: np.ndarray  #: the output compared with each row's measurement (strings)
     measured: np.ndarray
     group: np.ndarray  #: (file, metric) label per row
 
@@ -65,7 +65,7 @@ class CaseSet:
                     continue
                 x, systems = inputs(part, str(f))
                 group = np.array([labels.setdefault((str(f), m), len(labels)) for m in part["metric"]])
-                blocks.append(_Block(task, x, systems, [str(METRICS[m]) for m in part["metric"]],
+                blocks.append(_Block(task, x, systems, part["metric"].map(METRICS).to_numpy(str),
                                      part["measured"].to_numpy(np.float64), group))
         return cls(frames, blocks)
 
@@ -85,7 +85,10 @@ class CaseSet:
         for b in self.blocks:
             hw = hwcat.hardware_columns(b.systems, overrides)
             out = infer_step(b.x, hw) if b.task == "infer" else train_step(b.x, hw)
-            pred = np.array([out[c][i] for i, c in enumerate(b.columns)], dtype=np.float64)
+            pred = np.full(len(b.measured), np.nan)
+            for c in set(b.columns):  # the handful of metrics, each gathered as one array
+                rows = b.columns == c
+                pred[rows] = out[c][rows]
             with np.errstate(invalid="ignore", divide="ignore"):
                 errs.append(np.log(pred / b.measured))
             groups.append(b.group)
@@ -240,12 +243,7 @@ def write_calibration(path: str | Path, result: dict[str, object], files: Sequen
 def load_calibration(path: str | Path) -> Overrides:
     """Overrides from a calibration file; errors name the file, the entry and what is allowed."""
     p = Path(path)
-    try:
-        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise InputError(f"{p}: no such file") from exc
-    except (OSError, yaml.YAMLError) as exc:
-        raise InputError(f"{p}: not a readable calibration file: {exc}") from exc
+    doc = read_yaml(p, "a calibration written by `dse calibrate`")
     if not isinstance(doc, dict) or not isinstance(doc.get("constants"), list):
         raise InputError(f"{p}: expected a mapping with a 'constants' list, as written by `dse calibrate`")
     eff = hwcat.efficiency()

@@ -15,9 +15,15 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
-from dse.frame import OPTIONAL_KNOBS, InputError, check_configuration_cells, evaluate_infer, evaluate_train
+from dse.frame import (
+    OPTIONAL_KNOBS,
+    InputError,
+    check_configuration_cells,
+    evaluate_infer,
+    evaluate_train,
+    read_yaml,
+)
 
 REQUIRED_COLUMNS: tuple[str, ...] = (
     "case", "task", "model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts",
@@ -80,10 +86,7 @@ class CaseResult:
 def load_assumptions(path: str | Path) -> list[Assumption]:
     """Read an assumptions YAML file (a list of ``{cases, set, source}``); errors name the file and entry."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise InputError(f"{path}: cannot read assumptions: {exc}") from exc
+    data = read_yaml(path, "assumptions: a list of {cases, set, source}")
     if not isinstance(data, list):
         raise InputError(f"{path}: expected a list of {{cases, set, source}} entries, got {type(data).__name__}")
     out = []
