@@ -21,6 +21,7 @@ from dse.cost.training import TRAIN_METRICS, train_step
 from dse.defaults import CATEGORICAL, CATEGORICAL_DEFAULTS, DEFAULTS_DOC, fill_defaults  # noqa: F401 (re-export)
 from dse.hardware import catalog as hwcat
 from dse.models.catalog import models as model_catalog
+from dse.stacks import stack_names
 
 DIMENSION_COLUMNS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts", "top_k")
 PARALLEL_COLUMNS = ("gpus", "tp", "pp", "dp", "cp", "ep", "vpp")
@@ -33,7 +34,7 @@ INTEGER_MIN: dict[str, int] = {
     "layers": 1, "hidden": 1, "heads": 1, "kv_heads": 1, "ffn_hidden": 1, "vocab": 1, "experts": 1,
     "top_k": 1, "gpus": 1, "tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": 1,
     "global_batch": 1, "seq_len": 1, "sp": 0, "zero": 0, "dp_overlap": 0, "pp_overlap": 0,
-    "tied_embeddings": 0, "batch": 1, "input_len": 1, "output_len": 0, "lora_rank": 1,
+    "tied_embeddings": 0, "batch": 1, "input_len": 1, "output_len": 0, "lora_rank": 1, "max_num_tokens": 1,
 }
 INTEGER_MAX: dict[str, int] = {"sp": 1, "zero": 3, "dp_overlap": 1, "pp_overlap": 1, "tied_embeddings": 1}
 
@@ -136,6 +137,26 @@ def check_configuration_cells(frame: pd.DataFrame, source: str) -> None:
     for col in CATEGORICAL:
         if col in frame.columns:
             _categorical(frame, col, source)
+    if "request_rate" in frame.columns:
+        raw = frame["request_rate"]
+        blank = _blank(raw)
+        rate = pd.to_numeric(raw.where(~blank, np.nan), errors="coerce").to_numpy(dtype=np.float64)
+        bad = ~blank & ~(np.isfinite(rate) & (rate > 0))
+        if bad.any():
+            pos = int(np.flatnonzero(bad)[0])
+            raise InputError(f"{_where(source, frame, pos)}, column 'request_rate': value {raw.iloc[pos]!r} is not "
+                             "allowed; allowed: a positive finite number of requests/s (or empty for offline, "
+                             "maximum load)")
+    if "stack" in frame.columns:
+        raw = frame["stack"]
+        blank = _blank(raw)
+        names = raw.astype(object).where(~blank, "").astype(str).str.strip().str.lower()
+        ok = (names.isin(stack_names()) | blank).to_numpy()
+        if not ok.all():
+            pos = int(np.flatnonzero(~ok)[0])
+            raise InputError(f"{_where(source, frame, pos)}, column 'stack': value {raw.iloc[pos]!r} is not a known "
+                             f"stack; allowed: {', '.join(stack_names())} (or empty for the current Megatron-core "
+                             "/ NeMo defaults)")
     if "system" in frame.columns:
         system = frame["system"]
         blank = _blank(system)

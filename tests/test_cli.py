@@ -25,6 +25,7 @@ from dse.cli import EXPLAIN_OPTIONS, main
 from dse.codes import PRECISION, RECOMPUTE
 from dse.hardware.catalog import system_names
 from dse.models.catalog import model_names
+from dse.stacks import stack_names
 from dse.validation.validate import METRICS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TASKS
 from tests.conftest import REPO
 
@@ -187,7 +188,8 @@ def test_validate_inference_file_json_and_max_mape(capsys, in_repo):
 
 _HEADER, _KROWS = read_rows(KORTHIKANTI)
 _, _IROWS = read_rows(INFERENCE)
-assert _HEADER == list(REQUIRED_COLUMNS), "the corpus below is written with the schema's column order"
+assert [c for c in _HEADER if c not in OPTIONAL_COLUMNS] == list(REQUIRED_COLUMNS), \
+    "the corpus below is written with the schema's column order"
 
 
 def train_row(i: int = 1, **changes: str) -> dict[str, str]:
@@ -231,7 +233,8 @@ class Bad:
 
 
 def _one(name: str, **changes: str) -> Callable[[Path], Path]:
-    return lambda d: write_cases(d / f"{name}.csv", [train_row(1, **changes)])
+    extra = [c for c in changes if c not in _HEADER]
+    return lambda d: write_cases(d / f"{name}.csv", [train_row(1, **changes)], [*_HEADER, *extra] if extra else None)
 
 
 def _without(column: str) -> Callable[[Path], Path]:
@@ -275,8 +278,14 @@ CORPUS: dict[str, Bad] = {
     "header_only": Bad(lambda d: write_cases(d / "header_only.csv", []), allowed=("no cases",)),
     "duplicate_case_id": Bad(lambda d: write_cases(d / "dup.csv", [train_row(1), train_row(1, measured="2")]),
                              row=3, column="case", value=None, allowed=("duplicate case id", "'corpus-1'")),
-    "unknown_task": Bad(_one("task", task="serve"), row=2, column="task", value="serve",
+    "unknown_task": Bad(_one("task", task="pretrain"), row=2, column="task", value="pretrain",
                         allowed=(", ".join(TASKS),)),
+    "unknown_stack": Bad(_one("stack", stack="megatron-lm-1999"), row=2, column="stack", value="megatron-lm-1999",
+                         allowed=(", ".join(stack_names()),)),
+    "request_rate_zero": Bad(_one("rate", request_rate="0"), row=2, column="request_rate", value="0",
+                             allowed=("a positive finite number",)),
+    "max_num_tokens_fraction": Bad(_one("mnt", max_num_tokens="2048.5"), row=2, column="max_num_tokens",
+                                   value="2048.5", allowed=("an integer >= 1",)),
     "unknown_metric": Bad(_one("metric", metric="mfu"), row=2, column="metric", value="mfu",
                           allowed=(", ".join(METRICS),)),
     "measured_not_numeric": Bad(_one("measured_text", measured="fast"), row=2, column="measured",

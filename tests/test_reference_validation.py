@@ -66,3 +66,17 @@ def test_reference_copy_matches_shared():
     names = sorted(p.name for p in SHARED.iterdir() if p.suffix in (".csv", ".md"))
     match, mismatch, errors = filecmp.cmpfiles(SHARED, VENDORED, names, shallow=False)
     assert not mismatch and not errors, f"tests/reference differs from ../shared/reference: {mismatch + errors}"
+
+
+def test_every_shared_file_reads_and_names_its_stack(ref):
+    """Every shared file carries the `stack` column (schema of tests/reference/README.md) and each value is a
+    known stack; `serve` rows are read and checked (the serve model comes later: they are skipped, with why)."""
+    from dse.stacks import stack_names
+    from dse.validation.validate import read_cases
+
+    for path in sorted(ref.glob("*.csv")):
+        frame = read_cases(path)
+        assert frame["stack"].isin(stack_names()).all(), path.name
+    serve = validate_file(ref / "trtllm_0.10.0_serve_a100_h100.csv")
+    assert len(serve) == 123
+    assert all(r.skipped is not None and "serve" in r.skipped for r in serve)

@@ -23,7 +23,7 @@ from dse.cost.training import train_step
 from dse.frame import InputError, infer_inputs, read_yaml, train_inputs
 from dse.hardware import catalog as hwcat
 from dse.validation.fit import nelder_mead
-from dse.validation.validate import METRIC_TASK, METRICS, Assumption, apply_assumptions, read_cases
+from dse.validation.validate import METRICS, Assumption, apply_assumptions, read_cases, usable_rows
 
 Overrides = dict[tuple[str, str], float]
 
@@ -54,10 +54,7 @@ class CaseSet:
         labels: dict[tuple[str, str], int] = {}
         for f in files:
             frame, _ = apply_assumptions(read_cases(f), assumptions)
-            usable = frame["metric"].map(lambda m: METRICS[m] is not None) & (
-                frame["task"] == frame["metric"].map(METRIC_TASK))
-            moe_infer = (frame["task"] == "infer") & (pd.to_numeric(frame["experts"], errors="coerce") > 1)
-            frame = frame.loc[usable & ~moe_infer]
+            frame = frame.loc[usable_rows(frame)]
             frames.append((str(f), frame))
             for task, inputs in (("train", train_inputs), ("infer", infer_inputs)):
                 part = frame.loc[frame["task"] == task]

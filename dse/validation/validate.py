@@ -31,7 +31,8 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
     "seq_len", "recompute", "zero", "precision", "batch", "input_len", "output_len", "metric", "measured",
     "source",
 )
-OPTIONAL_COLUMNS: tuple[str, ...] = ("finetune", "lora_rank", "kv_precision")
+OPTIONAL_COLUMNS: tuple[str, ...] = ("finetune", "lora_rank", "kv_precision", "max_num_tokens", "request_rate",
+                                     "stack")
 
 #: Metrics of the schema and the model output each is compared with (None: not modelled yet).
 METRICS: dict[str, str | None] = {
@@ -43,11 +44,25 @@ METRICS: dict[str, str | None] = {
     "ttft_s": "ttft_s",
     "output_tokens_per_s_per_gpu": "output_tokens_per_s_per_gpu",
 }
-#: The task each metric belongs to.
-METRIC_TASK = {"step_time_s": "train", "model_tflops_per_gpu": "train", "tokens_per_s_per_gpu": "train",
-               "layer_time_ms": "train", "e2e_latency_s": "infer", "ttft_s": "infer",
-               "output_tokens_per_s_per_gpu": "infer"}
-TASKS = ("train", "infer")
+#: The tasks each metric belongs to.
+METRIC_TASKS: dict[str, tuple[str, ...]] = {
+    "step_time_s": ("train",), "model_tflops_per_gpu": ("train",), "tokens_per_s_per_gpu": ("train",),
+    "layer_time_ms": ("train",), "e2e_latency_s": ("infer",), "ttft_s": ("infer", "serve"),
+    "output_tokens_per_s_per_gpu": ("infer", "serve")}
+TASKS = ("train", "infer", "serve")
+#: Tasks the cost model evaluates today; rows of the others are read, checked and reported as skipped.
+MODELLED_TASKS = ("train", "infer")
+SERVE_NOT_MODELLED = ("task 'serve' (in-flight batching under load) is read and checked but not modelled yet; "
+                      "the static-batch 'infer' model does not describe it")
+
+
+def usable_rows(frame: pd.DataFrame) -> np.ndarray:
+    """Rows of a checked case frame the model compares: its task is modelled, the metric belongs to the task,
+    and it is not mixture-of-experts inference (see :func:`validate_file` for why)."""
+    task = frame["task"].to_numpy(dtype=object)
+    metric_ok = np.array([t in METRIC_TASKS[m] for t, m in zip(task, frame["metric"], strict=True)], dtype=bool)
+    experts = pd.to_numeric(frame["experts"], errors="coerce").fillna(1.0).to_numpy()
+    return metric_ok & np.isin(task, MODELLED_TASKS) & ~((task == "infer") & (experts > 1))
 
 
 @dataclass
@@ -194,11 +209,12 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
     frame = read_cases(path)
     frame, applied = apply_assumptions(frame, assumptions)
     is_train = (frame["task"] == "train").to_numpy()
+    is_infer = (frame["task"] == "infer").to_numpy()
     predicted_parts = []
     if is_train.any():
         predicted_parts.append(evaluate_train(frame.loc[is_train], source=str(path), overrides=overrides))
-    if (~is_train).any():
-        predicted_parts.append(evaluate_infer(frame.loc[~is_train], source=str(path), overrides=overrides))
+    if is_infer.any():
+        predicted_parts.append(evaluate_infer(frame.loc[is_infer], source=str(path), overrides=overrides))
     predicted = pd.concat(predicted_parts) if predicted_parts else pd.DataFrame(index=frame.index)
     results = []
     for pos in range(len(frame)):
@@ -208,8 +224,10 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
         out_col = METRICS[res.metric]
         experts = pd.to_numeric(pd.Series([row.get("experts")]), errors="coerce").fillna(1.0).iloc[0]
         moe_inference = row["task"] == "infer" and float(experts) > 1
-        if out_col is None or METRIC_TASK[res.metric] != row["task"]:
+        if out_col is None or row["task"] not in METRIC_TASKS[res.metric]:
             res.skipped = f"metric {res.metric!r} does not belong to task {row['task']!r}"
+        elif row["task"] not in MODELLED_TASKS:
+            res.skipped = SERVE_NOT_MODELLED
         elif moe_inference:
             res.skipped = ("mixture-of-experts inference is modelled (uniform routing, grouped GEMMs on the "
                            "roofline) but not validated: serving engines' MoE kernels (TensorRT-LLM 0.9) land "
