@@ -57,6 +57,7 @@ OFFLOAD: tuple[str, ...] = ("none", "optimizer", "all")
 REASONS: tuple[str, ...] = (
     "",
     "nonpositive_size",
+    "size above 16777215 (exact-integer domain)",
     "unknown_system",
     "precision_unsupported_by_system",
     "int8/int4 are weight-only inference formats",

@@ -17,6 +17,7 @@ import yaml
 
 from dse import codes
 from dse.cost.inference import INFER_METRICS, infer_step
+from dse.cost.select import INT_DOMAIN_MAX
 from dse.cost.training import TRAIN_METRICS, train_step
 from dse.defaults import CATEGORICAL, CATEGORICAL_DEFAULTS, DEFAULTS_DOC, fill_defaults  # noqa: F401 (re-export)
 from dse.hardware import catalog as hwcat
@@ -37,6 +38,8 @@ INTEGER_MIN: dict[str, int] = {
     "tied_embeddings": 0, "batch": 1, "input_len": 1, "output_len": 0, "lora_rank": 1, "max_num_tokens": 1,
 }
 INTEGER_MAX: dict[str, int] = {"sp": 1, "zero": 3, "dp_overlap": 1, "pp_overlap": 1, "tied_embeddings": 1}
+#: Every other integer column: at most INT_DOMAIN_MAX (2^24 − 1, the float32 kernels' exact range; see
+#: :data:`dse.cost.select.INT_DOMAIN_MAX`).
 
 class InputError(ValueError):
     """Bad input table: the message names the source, the row, the column, the value and what is allowed."""
@@ -52,6 +55,13 @@ def read_yaml(path: str | Path, what: str) -> object:
         raise InputError(f"{p}: no such file") from exc
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise InputError(f"{p}: not valid YAML ({what}): {' '.join(str(exc).split())}") from exc
+
+
+def show(value: object) -> str:
+    """A cell for a message: numpy scalars as plain Python values (``16777217``, not ``np.int64(16777217)``)."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    return repr(value)
 
 
 def _where(source: str, frame: pd.DataFrame, pos: int) -> str:
@@ -78,16 +88,15 @@ def _integers(frame: pd.DataFrame, col: str, source: str) -> pd.Series:
     blank = _blank(raw)
     num = pd.to_numeric(raw.where(~blank, np.nan), errors="coerce").astype(np.float64)
     bad = (~blank) & (num.isna().to_numpy() | (np.fmod(num.fillna(0).to_numpy(), 1.0) != 0))
-    lo, hi = INTEGER_MIN.get(col, 0), INTEGER_MAX.get(col)
+    lo, hi = INTEGER_MIN.get(col, 0), INTEGER_MAX.get(col, INT_DOMAIN_MAX)
     vals = num.to_numpy()
-    bad |= (~blank) & ~np.isnan(vals) & (vals < lo)
-    if hi is not None:
-        bad |= (~blank) & ~np.isnan(vals) & (vals > hi)
+    bad |= (~blank) & ~np.isnan(vals) & ((vals < lo) | (vals > hi))
     if bad.any():
         pos = int(np.flatnonzero(bad)[0])
-        allowed = f"an integer >= {lo}" if hi is None else f"an integer in {lo}..{hi}"
-        raise InputError(f"{_where(source, frame, pos)}, column {col!r}: value {raw.iloc[pos]!r} is not allowed; "
-                         f"allowed: {allowed} (or empty for the default)")
+        allowed = (f"an integer >= {lo} and <= {hi:,} (2^24 - 1: sizes are computed exactly up to there)"
+                   if hi == INT_DOMAIN_MAX else f"an integer in {lo}..{hi}")
+        raise InputError(f"{_where(source, frame, pos)}, column {col!r}: value {show(raw.iloc[pos])} is not "
+                         f"allowed; allowed: {allowed} (or empty for the default)")
     return num
 
 
@@ -101,7 +110,7 @@ def _categorical(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
     ok = names.isin(allowed).to_numpy()
     if not ok.all():
         pos = int(np.flatnonzero(~ok)[0])
-        raise InputError(f"{_where(source, frame, pos)}, column {col!r}: value {raw.iloc[pos]!r} is not allowed; "
+        raise InputError(f"{_where(source, frame, pos)}, column {col!r}: value {show(raw.iloc[pos])} is not allowed; "
                          f"allowed: {', '.join(allowed)} (or empty for the default {default!r})")
     out = codes.encode(names.to_numpy(), allowed, key=col).astype(np.float64)
     out[blank] = np.nan
@@ -144,7 +153,7 @@ def check_configuration_cells(frame: pd.DataFrame, source: str) -> None:
         bad = ~blank & ~(np.isfinite(rate) & (rate > 0))
         if bad.any():
             pos = int(np.flatnonzero(bad)[0])
-            raise InputError(f"{_where(source, frame, pos)}, column 'request_rate': value {raw.iloc[pos]!r} is not "
+            raise InputError(f"{_where(source, frame, pos)}, column 'request_rate': value {show(raw.iloc[pos])} is not "
                              "allowed; allowed: a positive finite number of requests/s (or empty for offline, "
                              "maximum load)")
     if "stack" in frame.columns:
@@ -154,7 +163,7 @@ def check_configuration_cells(frame: pd.DataFrame, source: str) -> None:
         ok = (names.isin(stack_names()) | blank).to_numpy()
         if not ok.all():
             pos = int(np.flatnonzero(~ok)[0])
-            raise InputError(f"{_where(source, frame, pos)}, column 'stack': value {raw.iloc[pos]!r} is not a known "
+            raise InputError(f"{_where(source, frame, pos)}, column 'stack': value {show(raw.iloc[pos])} is not a known "
                              f"stack; allowed: {', '.join(stack_names())} (or empty for the current Megatron-core "
                              "/ NeMo defaults)")
     if "system" in frame.columns:
@@ -164,7 +173,7 @@ def check_configuration_cells(frame: pd.DataFrame, source: str) -> None:
         known = (names.isin(hwcat.system_names()) | blank).to_numpy()
         if not known.all():
             pos = int(np.flatnonzero(~known)[0])
-            raise InputError(f"{_where(source, frame, pos)}, column 'system': value {system.iloc[pos]!r} is not a "
+            raise InputError(f"{_where(source, frame, pos)}, column 'system': value {show(system.iloc[pos])} is not a "
                              f"catalogued system; allowed: {', '.join(hwcat.system_names())}")
 
 
@@ -270,7 +279,7 @@ def _system_codes(frame: pd.DataFrame, source: str) -> np.ndarray:
     known = names.isin(hwcat.system_names()).to_numpy()
     if not known.all():
         pos = int(np.flatnonzero(~known)[0])
-        raise InputError(f"{_where(source, frame, pos)}, column 'system': value {system.iloc[pos]!r} is not a "
+        raise InputError(f"{_where(source, frame, pos)}, column 'system': value {show(system.iloc[pos])} is not a "
                          f"catalogued system; allowed: {', '.join(hwcat.system_names())}")
     return hwcat.system_codes(names.to_numpy())
 
@@ -310,7 +319,7 @@ def infer_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     ok = kv_names.isin(codes.KV_PRECISION).to_numpy()
     if not ok.all():
         pos = int(np.flatnonzero(~ok)[0])
-        raise InputError(f"{_where(source, frame, pos)}, column 'kv_precision': value {raw.iloc[pos]!r} is not "
+        raise InputError(f"{_where(source, frame, pos)}, column 'kv_precision': value {show(raw.iloc[pos])} is not "
                          f"allowed; allowed: {', '.join(codes.KV_PRECISION)} (or empty for 'auto')")
     x["kv_precision"] = codes.encode(kv_names.to_numpy(), codes.KV_PRECISION, key="kv_precision").astype(np.float64)
     fill: dict[str, np.ndarray | float] = {"kv_heads": x["heads"], "ffn_hidden": 4.0 * x["hidden"], "experts": 1.0,
@@ -364,7 +373,7 @@ def evaluate(frame: pd.DataFrame, overrides: dict[tuple[str, str], float] | None
     bad = ~task.isin(("train", "infer", "nan", ""))
     if bad.any():
         pos = int(np.flatnonzero(bad.to_numpy())[0])
-        raise InputError(f"{_where('<frame>', frame, pos)}, column 'task': value {frame['task'].iloc[pos]!r} is "
+        raise InputError(f"{_where('<frame>', frame, pos)}, column 'task': value {show(frame['task'].iloc[pos])} is "
                          "not allowed; allowed: train, infer")
     is_infer = (task == "infer").to_numpy()
     parts = []

@@ -28,6 +28,7 @@ import yaml
 
 from dse.codes import KV_PRECISION, PRECISION
 from dse.cost.inference import INFER_METRICS
+from dse.cost.select import INT_DOMAIN_MAX
 from dse.cost.training import TRAIN_METRICS
 from dse.defaults import CATEGORICAL
 from dse.hardware.catalog import system_names
@@ -176,7 +177,13 @@ def _err(path: str, key: str, value: object, allowed: str) -> SpecError:
 
 
 def _int_values(path: str, key: str, raw: object, lo: int, hi: int | None) -> list[int]:
-    allowed = f"integers >= {lo}" if hi is None else f"integers in {lo}..{hi}"
+    """Integer values of an axis; ``hi`` None means the exact-integer domain, at most
+    :data:`dse.cost.select.INT_DOMAIN_MAX` (2^24 − 1)."""
+    if hi is None:
+        hi = INT_DOMAIN_MAX
+        allowed = f"integers >= {lo} and <= {hi:,} (2^24 - 1: sizes are computed exactly up to there)"
+    else:
+        allowed = f"integers in {lo}..{hi}"
     form = (f"{allowed}, as one value, a non-empty list, {{start, stop, step}} or {{start, stop, pow2: true}}")
     if isinstance(raw, Mapping):
         extra = set(raw) - {"start", "stop", "step", "pow2"}

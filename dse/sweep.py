@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from dse import codes
 from dse.cost.inference import INFER_INPUTS, INFER_METRICS, infer_step
+from dse.cost.select import INT_DOMAIN_MAX
 from dse.cost.training import DTYPE, TRAIN_INPUTS, TRAIN_METRICS, train_step
 from dse.defaults import CATEGORICAL, fill_defaults
 from dse.grid import Grid
@@ -175,6 +176,17 @@ def _dictionary(codes_: np.ndarray, labels: tuple[str, ...], index_type: pa.Data
                                           pa.array(list(labels), type=pa.string()))
 
 
+def _integer_array(values: np.ndarray, type_: pa.DataType) -> pa.Array:
+    """An integer column; a value outside the exact-integer domain (only sizes the kernel derives, e.g.
+    gpus = tp·pp·cp·dp, can be: inputs are checked at the edge) is written as null, never wrapped or rounded
+    (its row carries the reason "size above 16777215 (exact-integer domain)")."""
+    outside = ~((values >= 0) & (values <= INT_DOMAIN_MAX))
+    if not outside.any():
+        return pa.array(values.astype(type_.to_pandas_dtype()))
+    clean = np.where(outside, 0, values).astype(type_.to_pandas_dtype())
+    return pa.array(clean, type=type_, mask=outside)
+
+
 def _table(spec: Spec, points: np.ndarray, model: np.ndarray, systems: np.ndarray, x: dict[str, np.ndarray],
            out: dict[str, np.ndarray]) -> pa.Table:
     sch = schema(spec)
@@ -190,7 +202,7 @@ def _table(spec: Spec, points: np.ndarray, model: np.ndarray, systems: np.ndarra
         elif col in TECH_CAT_AXES:
             arrays.append(_dictionary(x[col], tech_vocabulary(col), pa.int16()))
         else:
-            arrays.append(pa.array(x[col].astype(sch.field(col).type.to_pandas_dtype())))
+            arrays.append(_integer_array(x[col], sch.field(col).type))
     for m in metrics:
         arrays.append(pa.array(out[m].astype(np.float32)))
     arrays.append(pa.array(out["fits"]))

@@ -35,7 +35,7 @@ from dse import codes
 from dse.cost import constants as K
 from dse.cost.compute import gemm_bytes, gemm_flops
 from dse.cost.network import allreduce_time, group_links, p2p_time, spans_domains
-from dse.cost.select import divides, pick
+from dse.cost.select import INT_DOMAIN_MAX, divides, pick
 from dse.cost.transformer import expert_params, kv_width, mlp_matrices
 from dse.hardware.catalog import HARDWARE_COLUMNS
 
@@ -268,13 +268,14 @@ def _infer_reason(x: dict[str, Array]) -> Array:
     t, p = x["tp"], x["pp"]
     sizes = (L, h, a, g, x["ffn_hidden"], x["vocab"], x["experts"], x["top_k"], x["gpus"], t, p, x["dp"],
              x["batch"], x["input_len"], x["output_len"])
-    smallest = sizes[0]
+    smallest, largest = sizes[0], sizes[0]
     for arr in sizes[1:]:
-        smallest = np.minimum(smallest, arr)
+        smallest, largest = np.minimum(smallest, arr), np.maximum(largest, arr)
     peak, _, _, _ = _rates(x)
     R = codes.REASON_CODE
     checks = (
         (R["nonpositive_size"], ~(smallest > 0)),
+        (R["size above 16777215 (exact-integer domain)"], largest > INT_DOMAIN_MAX),
         (R["unknown_system"], ~(x["tensor_fp16_flops"] > 0)),
         (R["precision_unsupported_by_system"], ~(peak > 0)),
         (R["tp*pp*cp*dp != gpus"], t * p * x["dp"] != x["gpus"]),

@@ -19,8 +19,17 @@ def pick(mask: Array, if_true: Array | float, if_false: Array | float) -> Array:
     return if_true * mask + if_false * (1.0 - mask)
 
 
+#: Largest integer input (tables, specs, explain): 2^24 − 1.  The kernels compute in float32, whose integers are
+#: exact up to 2^24.  With every input ≤ 2^24 − 1, :func:`divides` is exact (below), a product of inputs is
+#: either exact (< 2^24) or rounds to ≥ 2^24 and so cannot equal an input (``tp*pp*cp*dp == gpus`` stays
+#: exact), and every written integer fits the int32 columns of a sweep.  A size derived inside the kernel
+#: (``gpus = tp·pp·cp·dp``) that leaves the domain is the reason "size above 16777215 (exact-integer domain)".
+INT_DOMAIN_MAX = 2**24 - 1
+
+
 def divides(divisor: Array, value: Array) -> Array:
-    """True where ``divisor`` divides ``value`` (integer-valued floats below 2^53): value/divisor is exact
-    when the quotient is an integer, and at least 1/divisor away from one otherwise."""
+    """True where ``divisor`` divides ``value``, exact in float32 for integer ``value`` ≤ :data:`INT_DOMAIN_MAX`:
+    value/divisor is exact when the quotient q is an integer; otherwise q is at least 1/divisor away from an
+    integer while its rounding error is at most q·2^-24 = value/(divisor·2^24) < 1/divisor."""
     q = value / divisor
     return q == np.floor(q)

@@ -58,7 +58,7 @@ from dse.cost.pipeline import (
     pipeline_bubble_time,
     pipeline_time,
 )
-from dse.cost.select import divides, pick
+from dse.cost.select import INT_DOMAIN_MAX, divides, pick
 from dse.cost.transformer import (
     expert_params,
     kv_width,
@@ -494,12 +494,13 @@ def _infeasible_reason(x: dict[str, Array]) -> Array:
     is_fp4 = (x["precision"] == codes.PRECISION_FP4).astype(L.dtype)
     peak, _ = matmul_rates(is_fp8, is_fp4, x)
     sizes = (L, h, a, g, x["ffn_hidden"], V, x["experts"], x["top_k"], x["gpus"], t, p, d, c, e, v, b, B, s)
-    smallest = sizes[0]
+    smallest, largest = sizes[0], sizes[0]
     for arr in sizes[1:]:
-        smallest = np.minimum(smallest, arr)
+        smallest, largest = np.minimum(smallest, arr), np.maximum(largest, arr)
     R = codes.REASON_CODE
     checks = (
         (R["nonpositive_size"], ~(smallest > 0)),
+        (R["size above 16777215 (exact-integer domain)"], largest > INT_DOMAIN_MAX),
         (R["unknown_system"], ~(x["tensor_fp16_flops"] > 0)),
         (R["precision_unsupported_by_system"], ~(peak > 0)),
         (R["int8/int4 are weight-only inference formats"], x["precision"] >= codes.PRECISION_INT8),
