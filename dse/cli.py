@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,6 +42,42 @@ EXPLAIN_OPTIONS: dict[str, str] = {
 
 class CliError(Exception):
     """Bad command-line input (exit status 2)."""
+
+
+class Count(int):
+    """An integer option that prints as the user wrote it (``1e60``), so range errors quote the input."""
+
+    text: str
+
+    def __new__(cls, value: int, text: str) -> Count:
+        obj = super().__new__(cls, value)
+        obj.text = text
+        return obj
+
+    def __format__(self, spec: str) -> str:
+        return self.text if not spec else super().__format__(spec)
+
+    __str__ = __repr__ = lambda self: self.text  # type: ignore[assignment]
+
+
+def _count(text: str) -> int:
+    """A count given as 1000000, 1e6 or 10**6 (argparse type; ranges are checked by the command)."""
+    t = text.strip().replace("_", "")
+    try:
+        if "**" in t:
+            base, exp = t.split("**", 1)
+            if len(exp) > 3:
+                raise ValueError
+            return Count(int(base) ** int(exp), text)
+        if "e" in t.lower():
+            value = float(t)
+            if not value.is_integer():
+                raise ValueError
+            return Count(int(value), text)
+        return Count(int(t), text)
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"value {text!r} is not allowed; allowed: a positive integer "
+                                         "(e.g. 262144, 1e6, 10**6)") from None
 
 
 def _read_config(path: str) -> dict[str, object]:
@@ -135,7 +172,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for path in args.assume or [str(default_assumptions_path())]:
             assumptions.extend(load_assumptions(path))
     results = []
-    for path in args.files:
+    for path in _distinct_files(args.files, "validate"):
         results.extend(validate_file(path, assumptions, _calibration(args)))
     summary = summarize(results)
     per_file = file_mape(results)
@@ -168,6 +205,39 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _distinct_files(files: Sequence[str], command: str) -> list[str]:
+    """The case files, each once: a file named twice (or by two paths) would count its cases twice."""
+    seen: dict[str, str] = {}
+    out = []
+    for f in files:
+        key = str(Path(f).resolve())
+        if key in seen:
+            print(f"dse {command}: note: {f} is the same file as {seen[key]}; read once", file=sys.stderr)
+            continue
+        seen[key] = f
+        out.append(f)
+    return out
+
+
+def _check_calibration_output(output: str, inputs: Sequence[str]) -> None:
+    """-o of calibrate: a new or existing .yaml/.yml file, never a directory or one of the inputs (checked
+    before the fit, so a long fit does not end in an error)."""
+    out = Path(output)
+    if out.is_dir():
+        raise CliError(f"calibrate: -o {output}: is a directory; allowed: a file path ending in .yaml")
+    if out.suffix.lower() not in (".yaml", ".yml"):
+        raise CliError(f"calibrate: -o {output}: suffix {out.suffix or '(none)'!r} is not allowed; allowed: .yaml, "
+                       ".yml (the calibration is YAML)")
+    for f in inputs:
+        if out.exists() and Path(f).exists() and out.resolve() == Path(f).resolve():
+            raise CliError(f"calibrate: -o {output}: is one of the case files; allowed: another file")
+    if not out.parent.is_dir():
+        raise CliError(f"calibrate: -o {output}: directory {out.parent} does not exist; allowed: a file in an "
+                       "existing directory")
+    if not os.access(out.parent, os.W_OK):
+        raise CliError(f"calibrate: -o {output}: directory {out.parent} is not writable")
+
+
 def _calibration(args: argparse.Namespace) -> dict[tuple[str, str], float] | None:
     if getattr(args, "calibration", None) is None:
         return None
@@ -185,9 +255,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if not args.no_assume:
         for path in args.assume or [str(default_assumptions_path())]:
             assumptions.extend(load_assumptions(path))
-    cases = CaseSet.load(args.files, assumptions)
+    files = _distinct_files(args.files, "calibrate")
+    _check_calibration_output(args.output, files)
+    cases = CaseSet.load(files, assumptions)
     if not cases.cases():
-        raise CliError(f"calibrate: {', '.join(args.files)}: no case the model predicts (every row is skipped)")
+        raise CliError(f"calibrate: {', '.join(files)}: no case the model predicts (every row is skipped)")
     params = parse_params(args.params) if args.params else default_parameters(cases)
     print(f"calibrate: {len(cases.cases())} case(s), fitting {len(params)} constant(s): "
           f"{', '.join(f'{g}:{c}' for g, c in params)}", flush=True)
@@ -207,26 +279,27 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if "mape_leave_one_out_pct" in result:
         print(f"leave-one-out MAPE (each case predicted by constants fitted without it): "
               f"{result['mape_leave_one_out_pct']:.2f} %")
-    write_calibration(args.output, result, args.files)
+    write_calibration(args.output, result, files)
     print(f"wrote {args.output}; use it with `dse run/explain/validate --calibration {args.output}`")
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from dse.runner import DEFAULT_MAX_POINTS, prepare, run
+    from dse.runner import DEFAULT_MAX_POINTS, check_options, prepare, run
     from dse.spec import load_spec
 
+    max_points = DEFAULT_MAX_POINTS if args.max_points is None else args.max_points
+    check_options(jobs=args.jobs, part_size=args.chunk_size, max_points=max_points, backend=args.backend)
     spec = load_spec(args.spec)
     overrides = _calibration(args)
     if overrides is not None:
         spec = spec.with_calibration(overrides, args.calibration)
     out = args.output or f"results/{spec.name}"
     print(f"{args.spec}: {spec.size:,} points in {len(spec.grids)} sub-grid(s) -> {out}", flush=True)
-    max_points = DEFAULT_MAX_POINTS if args.max_points is None else args.max_points
-    plan = prepare(spec, out, part_size=args.chunk_size, max_points=max_points,
+    plan = prepare(spec, out, part_size=int(args.chunk_size), max_points=int(max_points),
                    resume=args.resume, feasible_only=args.feasible_only)
     stats = run(plan, jobs=args.jobs, backend=args.backend, scheduler=args.scheduler,
-                feasible_only=args.feasible_only, progress=None if not args.quiet else False)
+                feasible_only=args.feasible_only, progress=None if not args.quiet else False, resume=args.resume)
     rate = stats["points"] / stats["seconds"] if stats["seconds"] > 0 else float("inf")
     print(f"{out}: {stats['parts']} part(s), {stats['points']:,} points evaluated, {stats['rows']:,} rows written in "
           f"{stats['seconds']:.2f} s ({rate:,.0f} points/s)")
@@ -329,12 +402,14 @@ def build_parser() -> argparse.ArgumentParser:
     ru.add_argument("spec", help="sweep spec YAML")
     ru.add_argument("-o", "--output", help="results directory (default: results/<spec name>)")
     ru.add_argument("--jobs", type=int, default=-1, help="parallel workers (default: all cores)")
-    ru.add_argument("--chunk-size", type=int, default=262_144, help="grid points per Parquet part")
+    ru.add_argument("--chunk-size", type=_count, default=262_144, metavar="N",
+                    help="grid points per Parquet part (at most 2**21)")
     ru.add_argument("--backend", choices=("loky", "dask"), default="loky", help="joblib backend")
     ru.add_argument("--scheduler", help="Dask scheduler address tcp://host:port (default: a local cluster)")
     ru.add_argument("--resume", action="store_true", help="evaluate only the parts missing from -o")
     ru.add_argument("--feasible-only", action="store_true", help="write only rows that divide and fit")
-    ru.add_argument("--max-points", type=int, default=None, help="refuse grids larger than this (default 1e9)")
+    ru.add_argument("--max-points", type=_count, default=None, metavar="N",
+                    help="refuse grids larger than this (default 1e9; 1e9, 10**9 and 1000000000 all work)")
     ru.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     ru.add_argument("--calibration", metavar="FILE", help=cal_help)
     ru.set_defaults(func=cmd_run)

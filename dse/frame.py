@@ -45,11 +45,18 @@ class InputError(ValueError):
     """Bad input table: the message names the source, the row, the column, the value and what is allowed."""
 
 
+#: Largest YAML input read (configurations, assumptions, calibrations are a few kB): checked before parsing.
+MAX_YAML_BYTES = 1024 * 1024
+
+
 def read_yaml(path: str | Path, what: str) -> object:
     """The parsed content of a user's YAML file (``what`` it should hold goes into the message); InputError
     naming the file when it is missing, unreadable or not YAML."""
     p = Path(path)
     try:
+        size = p.stat().st_size
+        if size > MAX_YAML_BYTES:
+            raise InputError(f"{p}: {size:,} bytes; allowed: a YAML file of at most {MAX_YAML_BYTES:,} bytes ({what})")
         return yaml.safe_load(p.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise InputError(f"{p}: no such file") from exc

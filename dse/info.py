@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
-import yaml
 
 from dse.cost.inference import INFER_METRICS
+from dse.dataset import DatasetError, read_spec_file, verified_parts
 from dse.cost.training import TRAIN_METRICS
 from dse.spec import SpecError
 from dse.sweep import COST_COLUMN
@@ -18,7 +18,11 @@ HIGH_IS_BETTER = ("tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu"
 
 
 def load(path: str | Path, columns: list[str] | None = None) -> pd.DataFrame:
-    """The whole dataset as one DataFrame (``pd.read_parquet`` on the directory does the same)."""
+    """The whole dataset as one DataFrame (``pd.read_parquet`` on the directory does the same), after every part
+    is checked (:func:`dse.dataset.verified_parts`: a bad part raises an error naming it)."""
+    parts = verified_parts(path)
+    if not parts:
+        raise DatasetError(f"{path}: holds no part yet; allowed: a results directory with at least one part")
     return pd.read_parquet(path, columns=columns)
 
 
@@ -26,13 +30,8 @@ def format_info(path: str | Path, metric: str = "step_time_s", top: int = 10, by
     """Text summary: provenance, row counts, reasons, and the best rows by ``metric`` — overall, or the best
     row of each group of ``by`` columns (default: model and system when the sweep has several)."""
     root = Path(path)
-    from dse.runner import SPEC_FILE
-
-    spec_file = root / SPEC_FILE
-    if not root.is_dir() or not spec_file.exists():
-        raise SpecError(f"{root}: not a results directory written by `dse run` (no _spec.yaml)")
-    meta = yaml.safe_load(spec_file.read_text(encoding="utf-8")) or {}
-    parts = sorted(root.glob("part-*.parquet"))
+    parts = verified_parts(root)
+    meta = read_spec_file(root)
     rows = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
     lines = [f"{root}: spec {meta.get('source')} (digest {meta.get('spec_digest')}), dse {meta.get('dse_version')}, "
              f"created {meta.get('created')}",

@@ -500,10 +500,19 @@ def load_results(path: str | Path, feasible_only: bool = True) -> pd.DataFrame:
     (read with predicate push-down).  Raises ``ValueError`` when the path holds no dataset."""
     import pyarrow.dataset as ds
 
+    from dse.dataset import SPEC_FILE, DatasetError, verified_parts
+
     root = Path(path)
     if not root.exists():
         raise ValueError(f"{root}: no such results directory")
-    files = [root] if root.is_file() else sorted(p for p in root.glob("*.parquet") if not p.name.startswith(("_", ".")))
+    if root.is_dir() and (root / SPEC_FILE).exists():
+        try:
+            files = verified_parts(root)  # a sweep: every part checked, a bad one named
+        except DatasetError as exc:
+            raise ValueError(str(exc)) from exc
+    else:
+        files = [root] if root.is_file() else sorted(p for p in root.glob("*.parquet")
+                                                     if not p.name.startswith(("_", ".")))
     if not files:
         raise ValueError(f"{root}: no Parquet part in this directory (write one with `dse run`)")
     dataset = ds.dataset([str(f) for f in files], format="parquet")  # only the parts, whatever else lies there

@@ -14,24 +14,37 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
 from dse import __version__
+from dse.dataset import LOCK_FILE, SPEC_FILE, check_part, lock_directory, read_spec_file, verified_parts
 from dse.grid import Grid
 from dse.spec import Spec, SpecError
 from dse.sweep import evaluate_points, parquet_options
 
 PART_FORMAT = "part-{:05d}.parquet"
-#: The resolved spec beside the parts; the leading underscore makes pd.read_parquet(dir) skip it.
-SPEC_FILE = "_spec.yaml"
 DEFAULT_PART_SIZE = 262_144
 DEFAULT_MAX_POINTS = 1_000_000_000
+#: Largest --chunk-size: a part is evaluated and encoded in memory (about 300 bytes a row with its
+#: temporaries), so 2^21 points keep one worker under ~0.7 GB.
+MAX_PART_SIZE = 2**21
+#: Largest --max-points: the grid index is an int64 (2^63); 10^15 points would take decades at 10^6/s.
+MAX_MAX_POINTS = 10**15
+#: Points the constraint probe evaluates before the run (all of them when the grid is smaller).
+PROBE_POINTS = 2**20
+PROBE_WINDOW = 65536
+
+
+def max_jobs() -> int:
+    """Largest --jobs: 4 workers per core (more only thrash, and each loky worker holds semaphores)."""
+    return max(8, 4 * (os.cpu_count() or 1))
 
 
 class RunError(SpecError):
@@ -65,7 +78,8 @@ def write_part(plan: RunPlan, i: int, created: str, feasible_only: bool) -> tupl
     """Evaluate part ``i`` and write it atomically; returns (part, points, rows written)."""
     start, stop = plan.part_range(i)
     table = evaluate_points(plan.spec, Grid(plan.spec), start, stop, feasible_only)
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata(plan.spec, created)})
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata(plan.spec, created),
+                                           "dse.part": str(i), "dse.points": f"{start}-{stop}"})
     final = plan.part_path(i)
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     pq.write_table(table, tmp, **parquet_options(plan.spec))
@@ -73,99 +87,211 @@ def write_part(plan: RunPlan, i: int, created: str, feasible_only: bool) -> tupl
     return i, stop - start, table.num_rows
 
 
-def _check_any_point(plan: RunPlan, feasible_only: bool) -> None:
-    """Refuse a spec whose constraints leave no point, before anything is written (stops at the first kept
-    row, so a normal spec costs one small evaluation)."""
+def _probe_windows(n_points: int) -> list[tuple[int, int]]:
+    """Ranges the constraint probe evaluates: the whole grid when it has at most PROBE_POINTS points, else
+    PROBE_POINTS / PROBE_WINDOW windows spread evenly over it (the fastest axes vary inside a window, the
+    slower ones across windows)."""
+    if n_points <= PROBE_POINTS:
+        return [(s, min(s + PROBE_WINDOW, n_points)) for s in range(0, n_points, PROBE_WINDOW)]
+    count = PROBE_POINTS // PROBE_WINDOW
+    starts = np.linspace(0, n_points - PROBE_WINDOW, count).astype(np.int64)
+    return [(int(s), int(s) + PROBE_WINDOW) for s in np.unique(starts)]
+
+
+def _check_any_point(plan: RunPlan, feasible_only: bool) -> bool:
+    """Refuse a grid whose constraints leave no point, before anything is written.  Exact for grids of up to
+    PROBE_POINTS points; a larger grid is sampled (bounded time, ~1 s) and, when the sample keeps nothing,
+    run anyway: returns False so that the caller can say so."""
     grid = Grid(plan.spec)
-    probe = 65536
-    for start in range(0, plan.n_points, probe):
-        if evaluate_points(plan.spec, grid, start, min(start + probe, plan.n_points), feasible_only).num_rows:
-            return
+    windows = _probe_windows(plan.n_points)
+    for start, stop in windows:
+        if evaluate_points(plan.spec, grid, start, stop, feasible_only).num_rows:
+            return True
+    if plan.n_points > PROBE_POINTS:
+        return False
     raise RunError(f"{plan.spec.path}: constraints: the grid's {plan.n_points:,} points all fail the constraints "
                    f"(divisible={plan.spec.divisible}, tp_within_scaleup={plan.spec.tp_within_scaleup}, filters="
                    f"{[f.text for f in plan.spec.filters]}{', --feasible-only' if feasible_only else ''}); "
                    "allowed: constraints that keep at least one point")
 
 
+def check_options(jobs: int = -1, part_size: int = DEFAULT_PART_SIZE, max_points: int = DEFAULT_MAX_POINTS,
+                  backend: str = "loky") -> None:
+    """Refuse option values a run cannot use (exit 2, before anything is read or written)."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or not (jobs == -1 or 1 <= jobs <= max_jobs()):
+        raise RunError(f"--jobs: value {jobs} is not allowed; allowed: -1 (all cores) or 1..{max_jobs()}")
+    if isinstance(part_size, bool) or not isinstance(part_size, int) or not 1 <= part_size <= MAX_PART_SIZE:
+        raise RunError(f"--chunk-size: value {part_size} is not allowed; allowed: an integer in 1..{MAX_PART_SIZE:,}")
+    if isinstance(max_points, bool) or not isinstance(max_points, int) or not 1 <= max_points <= MAX_MAX_POINTS:
+        raise RunError(f"--max-points: value {max_points} is not allowed; allowed: an integer in "
+                       f"1..{MAX_MAX_POINTS:,}")
+    if backend not in ("loky", "dask"):
+        raise RunError(f"--backend: value {backend!r} is not allowed; allowed: loky, dask")
+
+
+def _holds_results(target: Path) -> bool:
+    return target.is_dir() and any(p.name != LOCK_FILE for p in target.iterdir())
+
+
+def _check_existing(plan: RunPlan, resume: bool, feasible_only: bool) -> None:
+    """What is already in -o must be nothing, or (with --resume) a sweep of the same spec and part size."""
+    target = plan.out_dir
+    if target.exists() and not target.is_dir():
+        raise RunError(f"{target}: exists and is not a directory; allowed: a new or existing results directory")
+    if not _holds_results(target):
+        return
+    if not resume:
+        raise RunError(f"{target}: already holds results; allowed: --resume to finish them, or another -o")
+    if not (target / SPEC_FILE).exists():
+        raise RunError(f"{target}: has no {SPEC_FILE}, so it was not written by `dse run`; allowed: another -o")
+    previous = read_spec_file(target)
+    same = (previous.get("spec_digest") == plan.spec.digest() and previous.get("part_size") == plan.part_size
+            and previous.get("feasible_only", False) == feasible_only)
+    if not same:
+        raise RunError(f"{target}: holds a sweep of a different spec or part size (spec "
+                       f"{previous.get('spec_digest')}, part size {previous.get('part_size')}); allowed: the same "
+                       "spec and --chunk-size, or another -o")
+
+
 def prepare(spec: Spec, out_dir: str | Path, part_size: int = DEFAULT_PART_SIZE,
             max_points: int = DEFAULT_MAX_POINTS, resume: bool = False, feasible_only: bool = False) -> RunPlan:
     """Check everything that can make the sweep fail before any file is written; return the plan."""
-    if part_size < 1:
-        raise RunError(f"--chunk-size: value {part_size} is not allowed; allowed: a positive integer")
+    check_options(part_size=part_size, max_points=max_points)
     n = spec.size
     if n > max_points:
         raise RunError(f"{spec.path}: the grid has {n:,} points, more than --max-points {max_points:,}; allowed: "
                        "a smaller grid (fewer axis values or sub-grids) or a larger --max-points")
     plan = RunPlan(spec, Path(out_dir), part_size, n)
-    target = plan.out_dir
-    if target.exists() and not target.is_dir():
-        raise RunError(f"{target}: exists and is not a directory; allowed: a new or existing results directory")
-    spec_file = target / SPEC_FILE
-    if target.exists() and any(target.iterdir()):
-        if not resume:
-            raise RunError(f"{target}: already holds results; allowed: --resume to finish them, or another -o")
-        if not spec_file.exists():
-            raise RunError(f"{target}: has no {SPEC_FILE}, so it was not written by `dse run`; allowed: another -o")
-        previous = yaml.safe_load(spec_file.read_text(encoding="utf-8")) or {}
-        same = (previous.get("spec_digest") == spec.digest() and previous.get("part_size") == part_size
-                and previous.get("feasible_only", False) == feasible_only)
-        if not same:
-            raise RunError(f"{target}: holds a sweep of a different spec or part size (spec "
-                           f"{previous.get('spec_digest')}, part size {previous.get('part_size')}); allowed: the same "
-                           "spec and --chunk-size, or another -o")
-    _check_any_point(plan, feasible_only)
+    _check_output_path(plan.out_dir)
+    _check_existing(plan, resume, feasible_only)
+    if not _check_any_point(plan, feasible_only):
+        print(f"{spec.path}: note: no point of a {PROBE_POINTS:,}-point sample of the {n:,} passes the constraints; "
+              "running anyway (the dataset may be empty)", file=sys.stderr)
     return plan
 
 
-def _write_spec_file(plan: RunPlan, created: str, feasible_only: bool) -> None:
+def _check_output_path(target: Path) -> None:
+    """-o must be a directory or creatable as one: its nearest existing ancestor is a writable directory."""
+    probe = target
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe != target and not probe.is_dir():
+        raise RunError(f"{target}: cannot create the results directory: {probe} is a file; allowed: a path whose "
+                       "parents are directories")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise RunError(f"{target}: cannot write there ({probe} is not writable); allowed: a writable path")
+
+
+def _write_spec_file(plan: RunPlan, created: str, feasible_only: bool) -> bool:
     spec_file = plan.out_dir / SPEC_FILE
     if spec_file.exists():
-        return
+        return False
     doc = {"spec": plan.spec.resolved, "spec_digest": plan.spec.digest(), "source": plan.spec.path,
            "dse_version": __version__, "created": created, "points": plan.n_points, "part_size": plan.part_size,
            "parts": plan.n_parts, "feasible_only": feasible_only}
     tmp = spec_file.with_name(f".{SPEC_FILE}.tmp-{os.getpid()}")
     tmp.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     os.replace(tmp, spec_file)
+    return True
 
 
 def missing_parts(plan: RunPlan) -> list[int]:
     return [i for i in range(plan.n_parts) if not plan.part_path(i).exists()]
 
 
+def bad_parts(plan: RunPlan) -> list[tuple[int, str]]:
+    """Existing parts that cannot be trusted (see :func:`dse.dataset.check_part`), with why."""
+    out = []
+    for i in range(plan.n_parts):
+        path = plan.part_path(i)
+        if path.exists():
+            why = check_part(path, plan.spec.digest(), i, plan.part_range(i))
+            if why is not None:
+                out.append((i, why))
+    return out
+
+
+def _make_directory(target: Path) -> Path | None:
+    """Create -o (and missing parents); returns the topmost directory created (to remove on failure)."""
+    top = None
+    probe = target
+    while not probe.exists():
+        top = probe
+        probe = probe.parent
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunError(f"{target}: cannot create the results directory: {exc.strerror}; allowed: a writable "
+                       "path") from exc
+    return top
+
+
 def run(plan: RunPlan, jobs: int = -1, backend: str = "loky", scheduler: str | None = None,
-        feasible_only: bool = False, progress: bool | None = None) -> dict[str, int | float]:
-    """Evaluate the missing parts of ``plan`` in parallel; returns counts and the wall time."""
+        feasible_only: bool = False, progress: bool | None = None, resume: bool = True,
+        report: Callable[[str], None] | None = None) -> dict[str, int | float]:
+    """Evaluate the missing parts of ``plan`` in parallel; returns counts and the wall time.
+
+    Order: options checked and the Dask scheduler reached (nothing written yet), then -o created and locked,
+    what it holds checked again under the lock, bad parts removed (each reported), the spec file written,
+    and the missing parts evaluated.  A failure before the first part leaves nothing behind."""
     from joblib import Parallel, delayed, parallel_config
 
-    plan.out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in plan.out_dir.glob(".part-*.tmp-*"):
-        stale.unlink()
-    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    if (plan.out_dir / SPEC_FILE).exists():
-        created = str((yaml.safe_load((plan.out_dir / SPEC_FILE).read_text()) or {}).get("created", created))
-    _write_spec_file(plan, created, feasible_only)
+    check_options(jobs=jobs, part_size=plan.part_size, backend=backend)
+    say = report or (lambda msg: print(msg, file=sys.stderr))
+    client = _dask_client(scheduler, jobs) if backend == "dask" else None
+    created_top = None
+    lock = None
+    wrote_spec = False
+    try:
+        created_top = _make_directory(plan.out_dir)
+        lock = lock_directory(plan.out_dir)
+        _check_existing(plan, resume, feasible_only)
+        for stale in plan.out_dir.glob(".part-*.tmp-*"):
+            stale.unlink()
+        for i, why in bad_parts(plan):
+            say(f"{plan.part_path(i)}: {why}; recomputing it")
+            plan.part_path(i).unlink()
+        created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        if (plan.out_dir / SPEC_FILE).exists():
+            created = str(read_spec_file(plan.out_dir).get("created", created))
+        wrote_spec = _write_spec_file(plan, created, feasible_only)
+    except BaseException:
+        if lock is not None:  # only the lock holder may remove what it created (another run may own -o)
+            if created_top is not None:
+                shutil.rmtree(created_top, ignore_errors=True)
+            elif wrote_spec:
+                (plan.out_dir / SPEC_FILE).unlink(missing_ok=True)
+            lock.release()
+        if client is not None:
+            client.close()
+        raise
     todo = missing_parts(plan)
     show = sys.stderr.isatty() if progress is None else progress
     bar = _progress(plan, todo, show)
     t0 = time.perf_counter()
     rows = 0
-    client = None
+    done = 0
     try:
-        if backend == "dask":
-            client = _dask_client(scheduler, jobs)
-            config = parallel_config(backend="dask")
-        elif backend == "loky":
-            config = parallel_config(backend="loky", n_jobs=jobs)
-        else:
-            raise RunError(f"--backend: value {backend!r} is not allowed; allowed: loky, dask")
+        config = parallel_config(backend="dask") if backend == "dask" else parallel_config(backend="loky",
+                                                                                               n_jobs=jobs)
         with config:
             par = Parallel(n_jobs=jobs if backend == "loky" else -1, return_as="generator_unordered")
             for _, points, written in par(delayed(write_part)(plan, i, created, feasible_only) for i in todo):
                 rows += written
+                done += 1
                 bar.update(points)
+    except BaseException:
+        if done == 0 and wrote_spec and not any(plan.out_dir.glob("part-*.parquet")):  # nothing to resume
+            if created_top is not None:
+                shutil.rmtree(created_top, ignore_errors=True)
+            else:
+                (plan.out_dir / SPEC_FILE).unlink(missing_ok=True)
+        raise
     finally:
         bar.close()
+        lock.release()
         if client is not None:
             client.close()
     return {"points": sum(plan.part_range(i)[1] - plan.part_range(i)[0] for i in todo), "rows": rows,
@@ -186,14 +312,18 @@ def _dask_client(scheduler: str | None, jobs: int):  # noqa: ANN202 - dask.distr
         raise RunError("--backend dask needs the optional Dask extra: pip install 'dse[dask]' "
                        "(dask[distributed])") from exc
     if scheduler:
-        return Client(scheduler)
+        try:
+            return Client(scheduler, timeout=5)
+        except (OSError, TimeoutError) as exc:
+            raise RunError(f"--scheduler: cannot reach the Dask scheduler {scheduler!r} ({exc}); allowed: the "
+                           "address of a running scheduler, tcp://host:port") from exc
     workers = os.cpu_count() or 1 if jobs in (None, -1) else max(1, jobs)
     return Client(LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None))
 
 
 def read_results(path: str | Path) -> Iterator[pa.Table]:
-    """Yield the parts of a results directory in order."""
-    for part in sorted(Path(path).glob("part-*.parquet")):
+    """Yield the parts of a results directory in order (each checked first; a bad one raises DatasetError)."""
+    for part in verified_parts(path):
         yield pq.read_table(part)
 
 

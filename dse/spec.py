@@ -289,6 +289,28 @@ class _Elementwise(ast.NodeTransformer):
         return node
 
 
+#: Bounds of one filter expression (longer or deeper ones are refused before they reach the compiler).
+MAX_FILTER_CHARS = 2000
+MAX_FILTER_DEPTH = 50
+#: Largest spec file read (a spec is a few axes; long axes are ranges): checked before parsing.
+MAX_SPEC_BYTES = 256 * 1024
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    """An expression for a message: quoted, cut to ``limit`` characters."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text):,} characters)"
+
+
+def _depth(tree: ast.AST) -> int:
+    """Nesting depth of an expression tree, iteratively (no recursion limit to hit)."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        stack.extend((child, d + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
 def parse_filter(path: str, key: str, text: object, categorical: Mapping[str, tuple[str, ...]],
                  task: str = "train") -> Filter:
     """Parse a filter expression with :mod:`ast` (never ``eval``) into a vectorized function of columns."""
@@ -297,34 +319,44 @@ def parse_filter(path: str, key: str, text: object, categorical: Mapping[str, tu
     FILTER_HELP = FILTER_SYNTAX + ", ".join(inputs + outputs)  # noqa: N806 - the module constant, per task
     if not isinstance(text, str) or not text.strip():
         raise _err(path, key, text, "a non-empty expression string: " + FILTER_HELP)
+    if len(text) > MAX_FILTER_CHARS:
+        raise SpecError(f"{path}: {key}: expression of {len(text):,} characters is not allowed; allowed: at most "
+                        f"{MAX_FILTER_CHARS:,} characters (split it into several filters: they are and-ed)")
     try:
         tree = ast.parse(text, mode="eval")
+        depth = _depth(tree)
+    except (RecursionError, MemoryError) as exc:
+        raise SpecError(f"{path}: {key}: expression {_clip(text)} nests too deeply; allowed: at most "
+                        f"{MAX_FILTER_DEPTH} levels of nesting") from exc
     except SyntaxError as exc:
-        raise SpecError(f"{path}: {key}: expression {text!r} is not valid syntax ({exc.msg}); allowed: "
+        raise SpecError(f"{path}: {key}: expression {_clip(text)} is not valid syntax ({exc.msg}); allowed: "
                         f"{FILTER_HELP}") from exc
+    if depth > MAX_FILTER_DEPTH:
+        raise SpecError(f"{path}: {key}: expression {_clip(text)} nests {depth} levels deep; allowed: at most "
+                        f"{MAX_FILTER_DEPTH} levels (split it into several filters: they are and-ed)")
     names: set[str] = set()
     for node in ast.walk(tree):
         if not isinstance(node, _ALLOWED_NODES):
-            raise SpecError(f"{path}: {key}: expression {text!r} uses {type(node).__name__!r}, which is not "
+            raise SpecError(f"{path}: {key}: expression {_clip(text)} uses {type(node).__name__!r}, which is not "
                             f"allowed; allowed: {FILTER_HELP}")
         if isinstance(node, ast.Name):
             if node.id not in inputs and node.id not in outputs:
-                raise SpecError(f"{path}: {key}: expression {text!r} names {node.id!r}, which is not a column; "
+                raise SpecError(f"{path}: {key}: expression {_clip(text)} names {node.id!r}, which is not a column; "
                                 f"allowed: {FILTER_HELP}")
             names.add(node.id)
         if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float, str)) \
                 or isinstance(node, ast.Constant) and isinstance(node.value, bool):
-            raise SpecError(f"{path}: {key}: expression {text!r} has constant {node.value!r}; allowed: {FILTER_HELP}")
+            raise SpecError(f"{path}: {key}: expression {_clip(text)} has constant {node.value!r}; allowed: {FILTER_HELP}")
     if not names:
-        raise SpecError(f"{path}: {key}: expression {text!r} names no column; allowed: {FILTER_HELP}")
+        raise SpecError(f"{path}: {key}: expression {_clip(text)} names no column; allowed: {FILTER_HELP}")
 
     def to_code(column: str, value: str) -> float:
         vocab = categorical.get(column)
         if vocab is None:
-            raise SpecError(f"{path}: {key}: expression {text!r} compares {column!r} with the text {value!r}; "
+            raise SpecError(f"{path}: {key}: expression {_clip(text)} compares {column!r} with the text {value!r}; "
                             f"only categorical columns ({', '.join(categorical)}) take quoted names")
         if value.lower() not in vocab:
-            raise SpecError(f"{path}: {key}: expression {text!r}: {value!r} is not a value of {column!r}; "
+            raise SpecError(f"{path}: {key}: expression {_clip(text)}: {value!r} is not a value of {column!r}; "
                             f"allowed: {', '.join(vocab)}")
         return float(vocab.index(value.lower()))
 
@@ -336,19 +368,19 @@ def parse_filter(path: str, key: str, text: object, categorical: Mapping[str, tu
             for o in operands:
                 if isinstance(o, ast.Constant) and isinstance(o.value, str):
                     if len(cols) != 1:
-                        raise SpecError(f"{path}: {key}: expression {text!r}: a quoted name must be compared with "
+                        raise SpecError(f"{path}: {key}: expression {_clip(text)}: a quoted name must be compared with "
                                         "exactly one categorical column")
                     o.value = to_code(cols[0], o.value)
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            raise SpecError(f"{path}: {key}: expression {text!r}: the text {node.value!r} is only allowed in a "
+            raise SpecError(f"{path}: {key}: expression {_clip(text)}: the text {node.value!r} is only allowed in a "
                             "comparison with a categorical column")
     for node in ast.walk(tree):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
             exponent = node.right
             if not (isinstance(exponent, ast.Constant) and isinstance(exponent.value, (int, float))
                     and abs(exponent.value) <= 64):
-                raise SpecError(f"{path}: {key}: expression {text!r}: an exponent must be a number between -64 "
+                raise SpecError(f"{path}: {key}: expression {_clip(text)}: an exponent must be a number between -64 "
                                 f"and 64; allowed: {FILTER_HELP}")
     tree = ast.fix_missing_locations(_Elementwise().visit(tree))
     code = compile(tree, filename=f"<filter {text}>", mode="eval")
@@ -482,6 +514,10 @@ def load_spec(path: str | Path) -> Spec:
     p = Path(path)
     label = str(path)
     try:
+        size = p.stat().st_size
+        if size > MAX_SPEC_BYTES:
+            raise SpecError(f"{label}: the spec file has {size:,} bytes; allowed: at most {MAX_SPEC_BYTES:,} (write "
+                            "long axes as ranges {start, stop, step} or {start, stop, pow2: true})")
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise SpecError(f"{label}: no such file") from exc

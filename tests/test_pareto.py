@@ -232,7 +232,7 @@ def test_run_pareto_writes_the_front_and_its_figure(tmp_path: Path) -> None:
     results = tmp_path / "results" / "demo"
     results.mkdir(parents=True)
     df.to_parquet(results / "part-00000.parquet")
-    (results / "_spec.yaml").write_text("name: demo\n")  # the underscore keeps it out of the dataset
+    (results / "notes.txt").write_text("a directory of Parquet files, not written by `dse run`\n")
     objectives = parse_objectives(["tokens_per_s_per_gpu:max", "mem_total_bytes:min"])
     front, written = run_pareto(results, objectives, by=["system"], output=tmp_path / "front.parquet")
     expected = pareto_front(df, objectives, by="system")

@@ -8,6 +8,7 @@ and ``dse validate`` accept with ``--calibration``; the shipped catalog is never
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -234,7 +235,10 @@ def write_calibration(path: str | Path, result: dict[str, object], files: Sequen
     }
     if "mape_leave_one_out_pct" in result:
         doc["mape_leave_one_out_pct"] = round(float(result["mape_leave_one_out_pct"]), 3)  # type: ignore[arg-type]
-    Path(path).write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    out = Path(path)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    os.replace(tmp, out)
 
 
 def load_calibration(path: str | Path) -> Overrides:

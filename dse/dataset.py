@@ -1,0 +1,157 @@
+"""A results directory as a trustworthy dataset: one writer at a time, parts that are checked before they are
+trusted, and readers that name a bad part instead of failing deep inside pyarrow.
+
+* **Lock.** ``dse run`` holds an exclusive ``fcntl.flock`` on ``DIR/.dse.lock`` for the whole run; the file
+  records the holder's pid.  A second writer exits 2 naming that pid.  The lock dies with its process, so a
+  ``kill -9`` never leaves a stale lock.  The file starts with a dot, so ``pd.read_parquet(DIR)`` skips it.
+* **Verified parts.** Each part carries in its Parquet metadata the spec digest, its index and its point range.
+  :func:`check_part` trusts a part only if its footer reads, its metadata names the expected digest, index and
+  range, and its ``point`` column (read back) counts the footer's rows, increases and lies in the range.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import yaml
+
+from dse.spec import SpecError
+
+LOCK_FILE = ".dse.lock"
+#: The resolved spec beside the parts; the leading underscore makes pd.read_parquet(dir) skip it.
+SPEC_FILE = "_spec.yaml"
+PART_GLOB = "part-*.parquet"
+
+
+class DatasetError(SpecError):
+    """A results directory that cannot be used as asked (exit status 2, naming the file)."""
+
+
+@dataclass
+class DirectoryLock:
+    """An exclusive lock on a results directory (see the module docstring)."""
+
+    path: Path
+    fd: int
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            finally:
+                os.close(self.fd)
+                self.fd = -1
+
+
+def lock_directory(directory: Path) -> DirectoryLock:
+    """Take the writer's lock on ``directory`` (which exists) or raise :class:`DatasetError` naming the holder."""
+    path = directory / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise DatasetError(f"{directory}: cannot create the lock file {LOCK_FILE}: {exc.strerror}; allowed: a "
+                           "writable results directory") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = ""
+        try:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+        except OSError:
+            pass
+        os.close(fd)
+        if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            who = f"process {holder}" if holder else "another process"
+            raise DatasetError(f"{directory}: another `dse run` is writing here ({who} holds {LOCK_FILE}); "
+                               "allowed: wait for it to finish, or another -o") from exc
+        raise DatasetError(f"{directory}: cannot lock {LOCK_FILE}: {exc.strerror}") from exc
+    try:
+        same = os.fstat(fd).st_ino == os.stat(path).st_ino
+    except OSError:
+        same = False
+    if not same:  # the directory was removed or replaced between open and lock (a failed concurrent start)
+        os.close(fd)
+        raise DatasetError(f"{directory}: changed while `dse run` was starting (another run removed it); allowed: "
+                           "run again")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+    return DirectoryLock(path, fd)
+
+
+def read_spec_file(directory: Path) -> dict:
+    """The ``_spec.yaml`` of a results directory as a mapping; :class:`DatasetError` if missing or garbage."""
+    spec_file = directory / SPEC_FILE
+    try:
+        data = yaml.safe_load(spec_file.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise DatasetError(f"{directory}: not a results directory written by `dse run` (no {SPEC_FILE})") from exc
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise DatasetError(f"{spec_file}: not a readable {SPEC_FILE} ({' '.join(str(exc).split())[:200]}); "
+                           "allowed: the file `dse run` wrote (rerun into a new -o)") from exc
+    needed = ("spec_digest", "points", "part_size", "parts")
+    if not isinstance(data, dict) or any(k not in data for k in needed):
+        raise DatasetError(f"{spec_file}: not a {SPEC_FILE} written by `dse run` (needs the keys "
+                           f"{', '.join(needed)}); allowed: the file `dse run` wrote (rerun into a new -o)")
+    return data
+
+
+def check_part(path: Path, digest: str | None = None, index: int | None = None,
+               point_range: tuple[int, int] | None = None) -> str | None:
+    """Why the part at ``path`` cannot be trusted, or None when it can (see the module docstring)."""
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    if size == 0:
+        return "empty (0 bytes)"
+    try:
+        pf = pq.ParquetFile(path)
+        meta = pf.schema_arrow.metadata or {}
+        rows = pf.metadata.num_rows
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a damaged file
+        return f"damaged (footer unreadable: {' '.join(str(exc).split())[:120]})"
+    found = meta.get(b"dse.spec_digest", b"").decode()
+    if digest is not None and found != digest:
+        return f"of another spec (digest {found or 'none'}, expected {digest})"
+    if index is not None and meta.get(b"dse.part", b"").decode() != str(index):
+        return f"not part {index} (its metadata says part {meta.get(b'dse.part', b'?').decode()})"
+    if point_range is not None and meta.get(b"dse.points", b"").decode() != f"{point_range[0]}-{point_range[1]}":
+        return (f"of another point range ({meta.get(b'dse.points', b'?').decode()}, expected "
+                f"{point_range[0]}-{point_range[1]})")
+    try:
+        points = pf.read(columns=["point"]).column("point").to_numpy()
+    except Exception as exc:  # noqa: BLE001
+        return f"damaged (data unreadable: {' '.join(str(exc).split())[:120]})"
+    if len(points) != rows:
+        return f"damaged ({len(points)} rows read, footer says {rows})"
+    if len(points) and point_range is not None:
+        if points[0] < point_range[0] or points[-1] >= point_range[1] or np.any(np.diff(points) <= 0):
+            return "damaged (its points are not the increasing points of its range)"
+    return None
+
+
+def verified_parts(directory: str | Path) -> list[Path]:
+    """The parts of a finished or partial results directory, each checked against ``_spec.yaml``; raises
+    :class:`DatasetError` naming the first bad part (for readers: ``dse info``, ``pareto``, ``plot``)."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise DatasetError(f"{root}: not a results directory written by `dse run` (no such directory)")
+    meta = read_spec_file(root)
+    digest, part_size, n_points = str(meta["spec_digest"]), int(meta["part_size"]), int(meta["points"])
+    parts = sorted(root.glob(PART_GLOB))
+    for p in parts:
+        try:
+            index = int(p.name[len("part-"):-len(".parquet")])
+        except ValueError:
+            raise DatasetError(f"{p}: not a part `dse run` writes (part-NNNNN.parquet)") from None
+        rng = (index * part_size, min((index + 1) * part_size, n_points))
+        why = check_part(p, digest, index, rng)
+        if why is not None:
+            raise DatasetError(f"{p}: bad part: {why}; allowed: `dse run SPEC -o {root} --resume` recomputes it")
+    return parts
