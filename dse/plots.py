@@ -44,7 +44,8 @@ from dse.pareto import Objective, as_objectives, front_mask, load_results
 
 #: Columns that describe a parallel layout (kept beside the metric in scaling and breakdown data).
 LAYOUT_COLUMNS: tuple[str, ...] = ("model", "system", "gpus", "tp", "pp", "vpp", "dp", "cp", "ep", "micro_batch",
-                                   "global_batch", "seq_len", "recompute", "zero", "precision")
+                                   "global_batch", "seq_len", "recompute", "zero", "precision", "batch", "input_len",
+                                   "output_len", "kv_precision")
 
 TIME_NAMES: dict[str, str] = {
     "time_compute_s": "compute (forward + backward)",
@@ -90,6 +91,9 @@ QUANTITIES: dict[str, tuple[str, str, float]] = {
     "e2e_latency_s": ("end-to-end latency", "s", 1.0),
     "output_tokens_per_s_per_gpu": ("output throughput", "tokens/s per GPU", 1.0),
     "kv_cache_bytes": ("KV cache per GPU", "GB", 1e-9),
+    "batch": ("batch", "requests", 1.0),
+    "input_len": ("input length", "tokens", 1.0),
+    "output_len": ("output length", "tokens", 1.0),
 }
 _DPI = 150
 PLAIN_NUMBERS = FuncFormatter(lambda v, _: f"{v:g}")  # 0.1, 1, 10 on log axes instead of 10^-1, 10^0, 10^1
@@ -170,6 +174,14 @@ def config_label(frame: pd.DataFrame) -> pd.Series:
     if "precision" in frame.columns:
         precision = frame["precision"].astype(str).to_numpy()
         add(precision, precision != "bf16")
+    if "batch" in frame.columns:  # inference: requests in flight and the request shape
+        add(np.char.add("b", _int_text(frame["batch"].to_numpy(dtype=np.float64))))
+    for col, prefix in (("input_len", "in"), ("output_len", "out")):
+        if col in frame.columns:
+            add(np.char.add(prefix, _int_text(frame[col].to_numpy(dtype=np.float64))))
+    if "kv_precision" in frame.columns:
+        kv = frame["kv_precision"].astype(str).to_numpy()
+        add(np.char.add("kv-", kv), kv != "auto")
     return pd.Series(label.astype(str), index=frame.index, dtype=object).str.strip()
 
 
@@ -810,6 +822,9 @@ def draw_standard_figures(results_dir: str | Path, out_dir: str | Path, model: s
     scope = f" — {models[0]}" if len(models) == 1 else ""
     by_ms = ["model", "system"]
     facet = "model" if len(models) > 1 else None
+    if "e2e_latency_s" in frame.columns:  # an inference sweep (task: infer)
+        _inference_figures(frame, out, emit, scope, facet)
+        return written
     thr, mem = "tokens_per_s_per_gpu:max", "mem_total_bytes:min"
     data = pareto_data(frame, [thr, mem], by=by_ms)
     emit(data, draw_pareto(data, [thr, mem], out / "pareto_throughput_memory.png", facet=facet, hue="system",
@@ -867,3 +882,26 @@ def draw_standard_figures(results_dir: str | Path, out_dir: str | Path, model: s
         f"One layer's forward, {model} on {system} ({row.get('precision', 'bf16')})\n"
         f"best layout: {label}, sequence {int(row['seq_len'])}")))
     return written
+
+
+def _inference_figures(frame: pd.DataFrame, out: Path, emit: Any, scope: str, facet: str | None) -> None:
+    """Standard figures of an inference sweep (``task: infer``):
+
+    * ``pareto_latency_throughput.png``: request latency (min) vs output tokens/s per GPU (max), one front
+      per system — the throughput a latency budget buys;
+    * ``pareto_tpot_throughput.png``: time per output token (min) vs output tokens/s per GPU (max), per
+      system — interactivity against cost;
+    * ``scaling_batch.png`` (≥ 2 batch sizes): the best output tokens/s per GPU per batch size and system.
+    """
+    thr = "output_tokens_per_s_per_gpu:max"
+    for lat, name, what in (("e2e_latency_s:min", "pareto_latency_throughput", "request latency"),
+                            ("tpot_s:min", "pareto_tpot_throughput", "time per output token")):
+        data = pareto_data(frame, [lat, thr], by=["model", "system"])
+        emit(data, draw_pareto(data, [lat, thr], out / f"{name}.png", facet=facet, hue="system",
+                               title=f"Pareto front: {what} vs output throughput per GPU (one front per system)"
+                                     f"{scope}", logx=True, logy=True))
+    if frame["batch"].nunique() >= 2:
+        data = scaling_data(frame, "output_tokens_per_s_per_gpu", x="batch", by=["model", "system"])
+        emit(data, draw_scaling(data, "output_tokens_per_s_per_gpu", "batch", out / "scaling_batch.png",
+                                hue="system", style="model" if facet else None,
+                                title=f"Best output throughput vs batch (highest over all layouts){scope}"))

@@ -198,3 +198,28 @@ def test_standard_figures_from_a_dataset(sweep: pd.DataFrame, tmp_path: Path) ->
         assert is_png(png)
         data = pd.read_parquet(png.with_suffix(".parquet"))
         assert len(data) > 0
+
+
+@pytest.mark.parametrize("space", sorted(p.name for p in (Path(__file__).resolve().parents[1] / "spaces").glob("*.yaml")))
+def test_every_shipped_space_plots(tmp_path, space):
+    """Issue 11: every results directory `dse run` can make must plot.  A sample of each shipped space (the
+    constraint probe's windows, at most 2^16 points) is written as a dataset and drawn."""
+    import pyarrow.parquet as pq
+
+    from dse.grid import Grid
+    from dse.plots import draw_standard_figures
+    from dse.runner import _probe_windows
+    from dse.spec import load_spec
+    from dse.sweep import evaluate_points
+
+    spec = load_spec(Path(__file__).resolve().parents[1] / "spaces" / space)
+    grid = Grid(spec)
+    windows = _probe_windows(spec.size)
+    step = max(1, len(windows) // 4)
+    tables = [evaluate_points(spec, grid, lo, min(hi, lo + 16384)) for lo, hi in windows[::step][:4]]
+    data = tmp_path / "results"
+    data.mkdir()
+    for i, t in enumerate(tables):
+        pq.write_table(t, data / f"part-{i:05d}.parquet")
+    written = draw_standard_figures(data, tmp_path / "figures")
+    assert written and all(p.exists() and p.stat().st_size > 10_000 for p in written)
