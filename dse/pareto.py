@@ -495,6 +495,16 @@ SHOWN_COLUMNS: tuple[str, ...] = ("model", "system", "gpus", "tp", "pp", "dp", "
 TABLE_SUFFIXES: tuple[str, ...] = (".parquet", ".csv")
 
 
+def varying_inputs(frame: pd.DataFrame) -> list[str]:
+    """The input columns of a sweep dataset that take more than one value, in the dataset's column order (so a
+    front's rows can be read: e.g. ``seq_len`` when the sweep mixes 8192 and 32768)."""
+    from dse.sweep import CATEGORY_COLUMNS, INFER_INPUT_COLUMNS, INPUT_COLUMNS
+    from dse.hardware.derive import DERIVE_AXES
+
+    inputs = {*INPUT_COLUMNS, *INFER_INPUT_COLUMNS, *CATEGORY_COLUMNS, *DERIVE_AXES}
+    return [c for c in frame.columns if c in inputs and frame[c].nunique(dropna=False) > 1]
+
+
 def load_results(path: str | Path, feasible_only: bool = True) -> pd.DataFrame:
     """A sweep dataset (``results/NAME``, or one Parquet file), only the rows that fit when ``feasible_only``
     (read with predicate push-down).  Raises ``ValueError`` when the path holds no dataset."""
@@ -538,7 +548,9 @@ def write_table(frame: pd.DataFrame, path: str | Path) -> Path:
 def format_front(front: pd.DataFrame, objectives: Sequence[Objective], by: Sequence[str] = (), top: int = 20) -> str:
     """Text of a front: its size per group, then up to ``top`` rows per group (groups, objectives, layout;
     byte columns in GB)."""
-    cols = list(dict.fromkeys([*by, *(c for c, _ in objectives), *(c for c in SHOWN_COLUMNS if c in front)]))
+    varying = front.attrs.get("varying", [c for c in SHOWN_COLUMNS if c in front])
+    layout = [c for c in ("model", "system", "gpus", "tp", "pp", "dp") if c in front]
+    cols = list(dict.fromkeys([*by, *(c for c, _ in objectives), *layout, *(c for c in varying if c in front)]))
     names = ", ".join(f"{c} ({d})" for c, d in objectives)
     if front.empty:
         return f"Pareto front of {names}: no feasible row"
@@ -568,6 +580,7 @@ def run_pareto(results: str | Path, objectives: str | Iterable[str | Objective],
         write_table(pd.DataFrame(), output)  # raises the message naming the allowed suffixes
     frame = load_results(results, feasible_only)
     front = pareto_front(frame, objs, by=list(by), feasible_only=feasible_only)
+    front.attrs["varying"] = varying_inputs(frame)
     written: list[Path] = []
     if output is not None:
         written.append(write_table(front, output))
@@ -587,9 +600,8 @@ def run_pareto(results: str | Path, objectives: str | Iterable[str | Objective],
             facet = " · ".join(by)
             data[facet] = describe(data, list(by))
         png = draw_pareto(data, objs, figure, facet=facet, hue=hue)
-        data_path = png.with_suffix(".parquet")
-        if output is not None and data_path == Path(output):  # -o front.parquet: the plot data goes beside it
-            data_path = png.with_name(f"{png.stem}_plot.parquet")
+        # the figure's data (front and a sample of the cloud) under its own name, never the front's file
+        data_path = png.with_name(f"{png.stem}.plot-data.parquet")
         data.to_parquet(data_path, index=False)
         written += [png, data_path]
     return front, written

@@ -238,16 +238,17 @@ def test_run_pareto_writes_the_front_and_its_figure(tmp_path: Path) -> None:
     expected = pareto_front(df, objectives, by="system")
     assert len(front) == len(expected)
     assert np.allclose(front["mem_total_bytes"].to_numpy(), expected["mem_total_bytes"].to_numpy())
-    assert [p.name for p in written] == ["front.parquet", "front.png", "front_plot.parquet"]
+    assert [p.name for p in written] == ["front.parquet", "front.png", "front.plot-data.parquet"]
     assert len(pd.read_parquet(tmp_path / "front.parquet")) == len(front)
     assert (tmp_path / "front.png").stat().st_size > 2000
     front_csv, written_csv = run_pareto(results, objectives, output=tmp_path / "out" / "front.csv", figure=None)
     assert len(pd.read_csv(tmp_path / "out" / "front.csv")) == len(front_csv)
-    assert [p.name for p in written_csv] == ["front.csv", "front.png", "front.parquet"]
+    assert [p.name for p in written_csv] == ["front.csv", "front.png", "front.plot-data.parquet"]
+    assert not (tmp_path / "out" / "front.parquet").exists(), "-o front.csv writes no front.parquet"
     three = parse_objectives("step_time_s:min,gpus:min,mem_total_bytes:min")
     front3, written3 = run_pareto(results, three, by=["model", "system"], figure=tmp_path / "f3" / "front3.png")
     assert len(front3) == int(front_mask(df, three, by=["model", "system"]).sum())
-    assert [p.name for p in written3] == ["front3.png", "front3.parquet"]
+    assert [p.name for p in written3] == ["front3.png", "front3.plot-data.parquet"]
     assert "model · system" in pd.read_parquet(written3[1]).columns  # one panel per group
     text = format_front(front, objectives, by=["system"], top=3)
     assert text.startswith("Pareto front of tokens_per_s_per_gpu (max), mem_total_bytes (min) per system:")
@@ -265,3 +266,16 @@ def test_run_pareto_writes_the_front_and_its_figure(tmp_path: Path) -> None:
     assert len(load_results(results)) == int(df["fits"].sum())
     with pytest.raises(ValueError, match="suffix"):
         write_table(df, tmp_path / "x")
+
+
+def test_front_table_shows_every_input_that_varies(tmp_path: Path) -> None:
+    """Issue 11: a front mixing sequence lengths (or inference batches) shows those columns."""
+    df = sweep_like(seed=3)
+    df["seq_len"] = np.where(np.arange(len(df)) % 2, 8192, 32768)
+    results = tmp_path / "mixed"
+    results.mkdir()
+    df.to_parquet(results / "part-00000.parquet")
+    objectives = parse_objectives(["step_time_s:min", "mem_total_bytes:min", "gpus:min"])
+    front, _ = run_pareto(results, objectives)
+    header = format_front(front, objectives).splitlines()[1].split()
+    assert "seq_len" in header
