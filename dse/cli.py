@@ -127,8 +127,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
         raise CliError(f"explain: {origin['task']} {config['task']!r} is not allowed; allowed: train, infer")
     config["task"] = task
     overrides = _calibration(args)
+    row = explain_row(config, overrides)
+    _refuse_what_does_not_divide(row, "dp" in config)
     if task == "infer":
-        row = explain_row(config, overrides)
         ops = inference_op_table(config, overrides) if np.isfinite(float(row["tpot_s"])) else pd.DataFrame()
         if args.json:
             print(json.dumps({"configuration_and_outputs": {k: _jsonable(row[k]) for k in row.index},
@@ -136,7 +137,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
         else:
             print(format_explain_infer(row, ops))
         return 0
-    row = explain_row(config, overrides)
     if args.json:
         tables = explain_table(row) if np.isfinite(float(row["step_time_s"])) else {}
         payload = {
@@ -151,6 +151,24 @@ def cmd_explain(args: argparse.Namespace) -> int:
     else:
         print(format_explain(row))
     return 0
+
+
+def _refuse_what_does_not_divide(row: pd.Series, dp_given: bool) -> None:
+    """One configuration that does not divide (or is otherwise unsupported) is bad input to explain: exit 2
+    with the rule and the values it saw.  One that divides but exceeds the GPU memory is an answer (exit 0:
+    its breakdown shows by how much)."""
+    import re
+
+    reason = str(row.get("infeasible_reason", ""))
+    if reason in ("", "exceeds_hbm", "nan"):
+        return
+    names = [n for n in dict.fromkeys(re.findall(r"[a-z_]+", reason)) if n in row.index]
+    values = ", ".join(f"{n}={_jsonable(row[n])}" for n in names)
+    note = ""
+    if reason.startswith("tp*pp") and not dp_given:
+        note = " (dp is derived as gpus // (tp*pp*cp): give gpus as a multiple of tp*pp*cp, or give --dp)"
+    raise CliError(f"explain: this configuration has no answer: {reason}" + (f" ({values})" if values else "")
+                   + note)
 
 
 def _jsonable(v: object) -> object:

@@ -78,7 +78,10 @@ def _where(source: str, frame: pd.DataFrame, pos: int) -> str:
     case = ""
     if "case" in frame.columns and isinstance(frame["case"].iloc[pos], str):
         case = f" (case {frame['case'].iloc[pos]!r})"
-    line = f"row {row + 2}" if isinstance(row, (int, np.integer)) else f"row {row!r}"
+    if source == "<frame>":  # a DataFrame: its index label, not a file line
+        line = f"row index {show(row)}"
+    else:
+        line = f"row {row + 2}" if isinstance(row, (int, np.integer)) else f"row {row!r}"
     return f"{source}: {line}{case}"
 
 
@@ -124,13 +127,23 @@ def _categorical(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
     return out
 
 
-def _fill_dimensions_from_catalog(frame: pd.DataFrame) -> pd.DataFrame:
+def _fill_dimensions_from_catalog(frame: pd.DataFrame, source: str = "<frame>") -> pd.DataFrame:
     """Where a row names a catalogued model and leaves dimension columns out or empty, take the catalog's."""
     if "model" not in frame.columns:
         return frame
     cat = model_catalog()
     names = frame["model"].astype(str).str.strip().str.lower()
     known = names.isin(cat.index).to_numpy()
+    missing = np.zeros(len(frame), dtype=bool)
+    for col in ("layers", "hidden", "heads", "vocab"):
+        missing |= _blank(frame[col]) if col in frame.columns else True
+    unknown = ~known & missing
+    if unknown.any():
+        pos = int(np.flatnonzero(unknown)[0])
+        raise InputError(f"{_where(source, frame, pos)}, column 'model': value {show(frame['model'].iloc[pos])} is "
+                         f"not a catalogued model, and the row does not give its dimensions (layers, hidden, heads, "
+                         f"vocab); allowed: {', '.join(cat.index)} (see `dse models`), or any label with the "
+                         "dimension columns filled")
     if not known.any():
         return frame
     frame = frame.copy()
@@ -205,7 +218,7 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
 
     Raises :class:`InputError` naming the row and column of the first bad cell.
     """
-    frame = _fill_dimensions_from_catalog(frame)
+    frame = _fill_dimensions_from_catalog(frame, source)
     for col in ("layers", "hidden", "heads", "vocab", "system", "tp", "pp", "seq_len", "global_batch"):
         if col not in frame.columns:
             raise InputError(f"{source}: missing column {col!r} (required; see shared/reference/README.md)")
@@ -298,7 +311,7 @@ def infer_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     ``output_len``.  Defaults: ``pp`` 1, ``dp`` 1 (replicas), ``gpus`` tp·pp·dp, ``precision`` bf16,
     ``kv_precision`` auto, and the model defaults of :func:`fill_defaults`.
     """
-    frame = _fill_dimensions_from_catalog(frame)
+    frame = _fill_dimensions_from_catalog(frame, source)
     for col in ("layers", "hidden", "heads", "vocab", "system", "tp", "batch", "input_len", "output_len"):
         if col not in frame.columns:
             raise InputError(f"{source}: missing column {col!r} (required for task 'infer'; see "

@@ -503,8 +503,8 @@ def test_explain_flags_override_yaml_file(capsys, tmp_path):
     for key in ("gpus", "tp", "pp", "vpp", "global_batch", "seq_len", "system"):
         assert over["configuration"][key] == base["configuration"][key]
     # an override that breaks divisibility shows up too
-    code, out, _ = run(capsys, "explain", "-f", str(cfg), "--tp", "3")
-    assert code == 0 and "No answer" in out and "tp=3" in out
+    code, out, err = run(capsys, "explain", "-f", str(cfg), "--tp", "3")
+    assert code == 2 and "no answer" in err and "tp=3" in err
 
 
 def test_explain_yaml_unknown_key_exits_2(capsys, tmp_path):
@@ -569,15 +569,14 @@ def test_explain_non_integer_flag_is_an_argparse_error(capsys):
 
 
 def test_explain_configuration_that_does_not_divide(capsys):
+    """Issue 11: a layout that does not divide is bad input to explain: exit 2 with the rule and the values it
+    saw (it used to print a derived dp and "No answer" with exit 0)."""
     code, out, err = run(capsys, *_with(EXPLAIN, "--tp", "3"))
-    assert code == 0
-    assert err == ""
-    assert "No answer" in out
+    assert code == 2 and out == ""
     # 1024 GPUs / (tp 3 * pp 8) is not a whole data-parallel size
-    assert "tp*pp*cp*dp != gpus" in out
-    assert "Bottleneck" not in out
-    payload = _explain_json(capsys, *_with(EXPLAIN, "--tp", "3"))
-    assert payload["configuration"]["step_time_s"] is None
+    assert "tp*pp*cp*dp != gpus" in err and "tp=3" in err and "gpus=1024" in err and "give --dp" in err
+    code, out, err = run(capsys, *_with(EXPLAIN, "--tp", "3"), "--json")
+    assert code == 2 and out == ""
     assert payload["configuration"]["infeasible_reason"] == "tp*pp*cp*dp != gpus"
 
 
