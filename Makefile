@@ -24,7 +24,7 @@ NAME     = $(basename $(notdir $(SPACE)))
 run: $(STAMP)
 	rm -rf results/default results/figures/default
 	$(BIN)/dse run spaces/default.yaml -o results/default --jobs $(JOBS)
-	$(BIN)/dse info results/default --metric tokens_per_s_per_gpu --top 10
+	$(BIN)/dse info results/default --metric tokens_per_s_per_gpu
 	$(BIN)/dse pareto results/default --objectives step_time_s:min cost_per_million_tokens_usd:min --by model \
 		--top 6 -o results/figures/default/pareto_time_cost.csv
 	$(BIN)/dse plot results/default -o results/figures/default

@@ -386,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"dse {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    ex = sub.add_parser("explain", help="time and memory breakdown of one training configuration")
+    ex = sub.add_parser("explain", help="time and memory breakdown of one configuration (training or inference)")
     ex.add_argument("-f", "--config", help="YAML file with configuration keys (flags override it)")
     for key, kind in EXPLAIN_OPTIONS.items():
         ex.add_argument(f"--{key.replace('_', '-')}", dest=key, metavar=kind.split(" ")[0].upper()
@@ -396,7 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--calibration", metavar="FILE", help=cal_help)
     ex.set_defaults(func=cmd_explain)
 
-    va = sub.add_parser("validate", help="compare predictions with measured cases (shared/reference schema)")
+    va = sub.add_parser("validate", help="compare predictions with measured cases (schema: README.md, section 'Case files')")
     va.add_argument("files", nargs="+", help="case CSV files")
     va.add_argument("--max-mape", type=float, default=None, help="exit 1 when a file's MAPE exceeds PCT")
     va.add_argument("--json", action="store_true", help="print JSON for scripts")
@@ -407,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     va.set_defaults(func=cmd_validate)
 
     ca = sub.add_parser("calibrate", help="fit the efficiency constants to your own measured cases")
-    ca.add_argument("files", nargs="+", help="case CSV files (shared/reference schema)")
+    ca.add_argument("files", nargs="+", help="case CSV files (schema: README.md, section 'Case files')")
     ca.add_argument("-o", "--output", required=True, help="calibration YAML to write")
     ca.add_argument("--params", help="comma-separated generation:constant to fit, e.g. "
                     "ampere:matmul_eff_fp16,ampere:memory_eff (default: those the cases constrain)")
@@ -436,7 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
     inf.add_argument("results", help="results/NAME")
     inf.add_argument("--metric", default="step_time_s", help="rank the best rows by this column (default "
                      "step_time_s; *_per_s, mfu and hfu rank high-first)")
-    inf.add_argument("--top", type=int, default=10, help="how many best rows")
+    inf.add_argument("--top", type=int, default=10, help="how many best rows (without groups; with groups every "
+                     "group's best row is shown)")
     inf.add_argument("--by", help="comma-separated columns: show the best row of each group (default: model,system "
                      "when the sweep has several; '' for the overall best rows)")
     inf.set_defaults(func=cmd_info)

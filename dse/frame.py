@@ -1,7 +1,7 @@
 """The edge between tables and kernels: check a configuration table, fill documented defaults, encode
 categorical columns, gather hardware columns, and add the model's outputs.
 
-Tables use the columns of ``shared/reference/README.md`` (read by name, never by position) plus a few
+Tables use the columns of README.md, section 'Case files' (read by name, never by position) plus a few
 optional knobs of this model (:data:`OPTIONAL_KNOBS`).  Empty cells take the defaults in
 :data:`DEFAULTS_DOC`.  Every check names the row, the column, the bad value and what is allowed.
 """
@@ -221,7 +221,7 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     frame = _fill_dimensions_from_catalog(frame, source)
     for col in ("layers", "hidden", "heads", "vocab", "system", "tp", "pp", "seq_len", "global_batch"):
         if col not in frame.columns:
-            raise InputError(f"{source}: missing column {col!r} (required; see shared/reference/README.md)")
+            raise InputError(f"{source}: missing column {col!r} (required; see README.md, section 'Case files')")
     if "dp" not in frame.columns and "gpus" not in frame.columns:
         raise InputError(f"{source}: missing column 'dp' or 'gpus' (one of them is required)")
     n = len(frame)
@@ -315,7 +315,7 @@ def infer_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     for col in ("layers", "hidden", "heads", "vocab", "system", "tp", "batch", "input_len", "output_len"):
         if col not in frame.columns:
             raise InputError(f"{source}: missing column {col!r} (required for task 'infer'; see "
-                             "shared/reference/README.md)")
+                             "README.md, section 'Case files')")
     n = len(frame)
     empty = pd.Series([np.nan] * n, index=frame.index, dtype=object)
     x: dict[str, np.ndarray] = {}
@@ -381,7 +381,7 @@ def evaluate_infer(frame: pd.DataFrame, source: str = "<frame>",
 def evaluate(frame: pd.DataFrame, overrides: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
     """Return ``frame`` with every output column of the cost model added (Python API for notebooks).
 
-    ``frame`` has the configuration columns of ``shared/reference/README.md`` (``case``, ``metric``,
+    ``frame`` has the configuration columns of README.md, section 'Case files' (``case``, ``metric``,
     ``measured`` and ``source`` are not needed); a row may give only ``model`` (a catalogued name) instead of
     the dimension columns.  ``task`` (train when absent) selects the training or the inference model; each row
     gets the outputs of its task (the other task's columns are NaN).  Input columns the frame leaves out are

@@ -63,9 +63,10 @@ def format_info(path: str | Path, metric: str = "step_time_s", top: int = 10, by
     if unknown:
         raise SpecError(f"--by: column {unknown[0]!r} is not allowed; allowed: {', '.join(cols)}")
     if by:
-        best = ranked.drop_duplicates(subset=list(by), keep="first").head(top)
+        best = ranked.drop_duplicates(subset=list(by), keep="first")  # every group's best row, however many
+        groups = frame.groupby(list(by), observed=True).ngroups
         lines.append(f"best row per {' x '.join(by)} by {metric} ({'lowest' if ascending else 'highest'} first), "
-                     f"{len(best)} shown:")
+                     f"{len(best)} of {groups} groups have a feasible row:")
     else:
         best = ranked.head(top)
         lines.append(f"best {len(best)} by {metric} ({'lowest' if ascending else 'highest'} first):")

@@ -25,3 +25,66 @@ def test_every_default_is_documented():
     for key in DEFAULTS_DOC:
         name = key.split(" ")[0].rstrip(",")
         assert f"`{name}`" in table, name
+
+
+def _section(start: str, end: str) -> str:
+    return README[README.index(start):README.index(end, README.index(start))]
+
+
+def test_output_tables_name_every_output_and_nothing_else():
+    """Issue 11: the README's output tables match the kernels' output columns."""
+    from dse.cost.inference import INFER_METRICS
+    from dse.cost.training import TRAIN_METRICS
+    from dse.sweep import COST_COLUMN
+
+    table = _section("## Outputs (per configuration)", "## Hardware and efficiency constants")
+    named = set(re.findall(r"`([a-z0-9_]+)`", table))
+    for col in (*TRAIN_METRICS, *INFER_METRICS, COST_COLUMN, "fits", "infeasible_reason"):
+        assert col in named, col
+    unknown = {c for c in named if c.endswith(("_s", "_ms", "_bytes", "_j", "_usd"))} - {
+        *TRAIN_METRICS, *INFER_METRICS, COST_COLUMN}
+    assert not unknown, unknown
+
+
+def test_dataset_columns_section_names_every_written_column():
+    from dse.spec import resolve_spec
+    from dse.sweep import schema
+
+    section = _section("### Dataset columns", "## Pareto fronts")
+    named = set(re.findall(r"`([a-z0-9_]+)`", section))
+    for task, grid in (("train", {"model": "llama3-8b", "system": "h100-sxm-80gb", "gpus": 8, "seq_len": 4096,
+                                  "global_batch": 64}),
+                       ("infer", {"model": "llama3-8b", "system": "h100-sxm-80gb", "batch": 1, "input_len": 8,
+                                  "output_len": 8})):
+        spec = resolve_spec({"name": "x", "task": task, "grid": grid}, "<readme>")
+        inputs = [f.name for f in schema(spec)]
+        outputs_named_elsewhere = set(re.findall(r"`([a-z0-9_]+)`", _section("## Outputs", "## Hardware")))
+        for col in inputs:
+            assert col in named or col in outputs_named_elsewhere, (task, col)
+
+
+def test_every_infeasible_reason_is_documented():
+    from dse.codes import REASONS
+
+    section = _section("### Infeasible reasons", "## Pareto fronts")
+    for reason in REASONS[1:]:
+        assert f"`{reason}`" in section, reason
+
+
+def test_case_file_section_matches_the_reader():
+    from dse.stacks import STACKS
+    from dse.validation.validate import METRICS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TASKS
+
+    section = _section("## Case files", "## Validation")
+    named = set(re.findall(r"`([a-z0-9_.\-]+)`", section))
+    for col in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS, *METRICS, *TASKS, *STACKS):
+        assert col in named, col
+    assert not [c for c in named if c.startswith(("nemo-", "megatron-", "tensorrt-", "deepspeed-")) and c not in STACKS]
+
+
+def test_python_example_runs_in_a_fresh_clone(monkeypatch):
+    """The README's Python example reads files of this repository only."""
+    block = re.search(r"## Python API\n+```python\n(.*?)```", README, re.S).group(1)
+    assert "shared/" not in block
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    exec(compile(block, "README.md", "exec"), {})

@@ -1,4 +1,4 @@
-"""Compare the cost model with measured cases (``shared/reference/README.md`` schema).
+"""Compare the cost model with measured cases (README.md, section 'Case files' schema).
 
 A case file has one row per measured configuration.  Columns are read by name; the required ones are
 :data:`REQUIRED_COLUMNS`, the optional ones :data:`OPTIONAL_COLUMNS` (plus this model's knobs,
@@ -150,13 +150,13 @@ def read_cases(path: str | Path) -> pd.DataFrame:
         raise InputError(f"{path}: no such file") from exc
     except pd.errors.EmptyDataError as exc:
         raise InputError(f"{path}: empty file; expected a CSV header with the columns of "
-                         "shared/reference/README.md") from exc
+                         "README.md, section 'Case files'") from exc
     except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: not a readable CSV file: {str(exc).strip()}") from exc
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
         raise InputError(f"{path}: missing column(s) {', '.join(repr(c) for c in missing)}; the schema is in "
-                         "shared/reference/README.md")
+                         "README.md, section 'Case files'")
     known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS) | set(OPTIONAL_KNOBS)
     unknown = [c for c in frame.columns if c not in known]
     if unknown:
