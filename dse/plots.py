@@ -477,8 +477,8 @@ def plain_log(axis: Any, subs: Sequence[float] = (1.0, 2.0, 5.0)) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def _spans(values: np.ndarray, ratio: float = 200.0) -> bool:
-    """Positive values spanning more than ``ratio`` (a log axis reads better)."""
+def _spans(values: np.ndarray, ratio: float = 30.0) -> bool:
+    """Positive values spanning more than ``ratio`` — more than a decade and a half: a log axis reads better."""
     v = values[np.isfinite(values)]
     return bool(v.size) and float(v.min()) > 0 and float(v.max()) / float(v.min()) > ratio
 
@@ -488,7 +488,7 @@ def draw_pareto(data: pd.DataFrame, objectives: str | Sequence[str | Objective],
                 logx: bool | None = None, logy: bool | None = None) -> Path:
     """Draw :func:`pareto_data`: grey cloud, front per ``hue`` value as a line (2 objectives) or front points
     coloured by the third objective (3 objectives; a discrete scale when it takes ≤ 10 values), one panel per
-    ``facet`` value.  ``logx``/``logy``: log axes (default: when the values span more than 200×, decided once
+    ``facet`` value.  ``logx``/``logy``: log axes (default: when the values span more than 30×, decided once
     for all panels)."""
     objs = as_objectives(objectives)
     (xc, xd), (yc, yd) = objs[0], objs[1]
@@ -568,53 +568,66 @@ def draw_pareto(data: pd.DataFrame, objectives: str | Sequence[str | Objective],
 
 
 def draw_scaling(data: pd.DataFrame, metric: str, x: str, path: str | Path, hue: str | None = None,
-                 style: str | None = None, title: str | None = None, direction: str | None = None) -> Path:
-    """Draw :func:`scaling_data`: one line per (``hue``, ``style``) group; categorical x as evenly spaced
-    labelled positions, numeric x on a log₂ axis when it spans ≥ 8×."""
+                 style: str | None = None, title: str | None = None, direction: str | None = None,
+                 facet: str | None = None) -> Path:
+    """Draw :func:`scaling_data`: one line per (``hue``, ``style``) group, one panel per ``facet`` value (so a
+    legend never lists more than the hue × style lines of one panel); categorical x as evenly spaced labelled
+    positions, numeric x on a log₂ axis when it spans ≥ 8×."""
     xs = _values(data, x)
     categorical = not pd.api.types.is_numeric_dtype(data[x])
     position = {v: i for i, v in enumerate(xs)}
-    hues, styles = _values(data, hue), _values(data, style)
+    hues, styles, facets = _values(data, hue), _values(data, style), _values(data, facet)
     colors = dict(zip(hues, color_cycle(len(hues)), strict=True))
     dashes = dict(zip(styles, ["-", "--", ":", "-."] * (len(styles) // 4 + 1), strict=False))
     markers = dict(zip(styles, ["o", "s", "^", "D", "v"] * (len(styles) // 5 + 1), strict=False))
-    fig = new_figure(7.5 + 0.04 * max(len(str(v)) for v in xs) * len(xs), 4.4)
-    ax = fig.subplots()
-    for hv in hues:
-        for sv in styles:
-            line = _select(_select(data, hue, hv), style, sv)
-            if line.empty:
-                continue
-            px = line[x].map(position).to_numpy(dtype=np.float64) if categorical else line[x].to_numpy(np.float64)
-            parts = [str(v) if c != "gpus" else f"{v} GPUs" for c, v in ((hue, hv), (style, sv)) if c is not None]
-            ax.plot(px, _display(metric, line[metric]), linestyle=dashes[sv], marker=markers[sv], ms=4,
-                    color=colors[hv], label=" · ".join(parts) or quantity(metric)[0])
-    if categorical:
-        ax.xaxis.set_major_locator(FixedLocator(list(range(len(xs)))))
-        ax.set_xticklabels([str(v) for v in xs], rotation=30, ha="right")
-        ax.set_xlim(-0.3, len(xs) - 0.7)
-    else:
-        xv = np.asarray(xs, dtype=np.float64)
-        if xv.size and xv.min() > 0 and xv.max() / xv.min() >= 8:
-            ax.set_xscale("log", base=2)
-            ax.xaxis.set_major_locator(FixedLocator(list(xv)))
-            ax.xaxis.set_minor_locator(NullLocator())
-            ax.set_xticklabels([f"{v:g}" for v in xv], rotation=30 if xv.size > 8 else 0)
-    ax.set_xlabel(axis_label(x))
-    ax.set_ylabel(axis_label(metric, direction or default_direction(metric)))
-    ax.grid(True, which="major", alpha=0.3)
+    ncols = 2 if len(facets) > 1 else 1
+    width = 7.5 + 0.04 * max(len(str(v)) for v in xs) * len(xs)
+    fig = new_figure(width * (0.75 if ncols == 2 else 1.0) * ncols, 0.8 + 3.8 * -(-len(facets) // ncols))
+    axes = _grid(fig, len(facets), ncols, sharey=False)
     yv = _display(metric, data[metric])
     yv = yv[np.isfinite(yv) & (yv > 0)]
-    if yv.size and yv.max() / yv.min() > 8:  # groups of very different scale: log axis, plain numbers
-        ax.set_yscale("log")
-        plain_log(ax.yaxis)
-    else:
-        ax.set_ylim(bottom=0)
+    log_y = bool(yv.size) and yv.max() / yv.min() > 8  # groups of very different scale: log axis, plain numbers
+    handles: dict[str, Any] = {}
+    for ax, fv in zip(axes, facets, strict=True):
+        panel = _select(data, facet, fv)
+        for hv in hues:
+            for sv in styles:
+                line = _select(_select(panel, hue, hv), style, sv)
+                if line.empty:
+                    continue
+                px = line[x].map(position).to_numpy(dtype=np.float64) if categorical else \
+                    line[x].to_numpy(np.float64)
+                parts = [str(v) if c != "gpus" else f"{v} GPUs" for c, v in ((hue, hv), (style, sv)) if c is not None]
+                label = " · ".join(parts) or quantity(metric)[0]
+                (h,) = ax.plot(px, _display(metric, line[metric]), linestyle=dashes[sv], marker=markers[sv], ms=4,
+                               color=colors[hv], label=label)
+                handles.setdefault(label, h)
+        if categorical:
+            ax.xaxis.set_major_locator(FixedLocator(list(range(len(xs)))))
+            ax.set_xticklabels([str(v) for v in xs], rotation=30, ha="right")
+            ax.set_xlim(-0.3, len(xs) - 0.7)
+        else:
+            xv = np.asarray(xs, dtype=np.float64)
+            if xv.size and xv.min() > 0 and xv.max() / xv.min() >= 8:
+                ax.set_xscale("log", base=2)
+                ax.xaxis.set_major_locator(FixedLocator(list(xv)))
+                ax.xaxis.set_minor_locator(NullLocator())
+                ax.set_xticklabels([f"{v:g}" for v in xv], rotation=30 if xv.size > 8 else 0)
+        ax.set_xlabel(axis_label(x))
+        ax.set_ylabel(axis_label(metric, direction or default_direction(metric)))
+        ax.grid(True, which="major", alpha=0.3)
+        if log_y:
+            ax.set_yscale("log")
+            plain_log(ax.yaxis)
+        else:
+            ax.set_ylim(bottom=0)
+        if facet is not None:
+            ax.set_title(str(fv), fontsize=10)
     if hue or style:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False,
-                  title=" · ".join(axis_label(c) for c in (hue, style) if c))
+        fig.legend(handles=list(handles.values()), loc="outside right upper", fontsize=8, frameon=False,
+                   title=" · ".join(axis_label(c) for c in (hue, style) if c))
     best = "highest" if (direction or default_direction(metric)) == "max" else "lowest"
-    ax.set_title(title or f"Best {quantity(metric)[0]} vs {quantity(x)[0]} ({best} over all layouts)")
+    fig.suptitle(title or f"Best {quantity(metric)[0]} vs {quantity(x)[0]} ({best} over all layouts)")
     return save_figure(fig, path)
 
 
@@ -837,13 +850,13 @@ def draw_standard_figures(results_dir: str | Path, out_dir: str | Path, model: s
                            logy=False))
     if len(systems_) > 1:
         data = scaling_data(frame, "tokens_per_s_per_gpu", x="system", by=["model", "gpus"])
-        emit(data, draw_scaling(data, "tokens_per_s_per_gpu", "system", out / "scaling_system.png", hue="model",
-                                style="gpus" if frame["gpus"].nunique() > 1 else None,
+        emit(data, draw_scaling(data, "tokens_per_s_per_gpu", "system", out / "scaling_system.png", hue="gpus",
+                                facet=facet,
                                 title=f"Best throughput vs system (highest over all layouts){scope}"))
     if frame["gpus"].nunique() >= 3:
         data = scaling_data(frame, "tokens_per_s_per_gpu", x="gpus", by=by_ms)
         emit(data, draw_scaling(data, "tokens_per_s_per_gpu", "gpus", out / "scaling_gpus.png", hue="system",
-                                style="model" if len(models) > 1 else None,
+                                facet=facet,
                                 title=f"Best throughput vs GPUs (highest over all layouts){scope}"))
     # compare systems at one cluster size: the largest GPU count (per-GPU throughput is best on the smallest
     # clusters, so an unrestricted "best row" would compare different GPU counts)
@@ -903,5 +916,5 @@ def _inference_figures(frame: pd.DataFrame, out: Path, emit: Any, scope: str, fa
     if frame["batch"].nunique() >= 2:
         data = scaling_data(frame, "output_tokens_per_s_per_gpu", x="batch", by=["model", "system"])
         emit(data, draw_scaling(data, "output_tokens_per_s_per_gpu", "batch", out / "scaling_batch.png",
-                                hue="system", style="model" if facet else None,
+                                hue="system", facet=facet,
                                 title=f"Best output throughput vs batch (highest over all layouts){scope}"))

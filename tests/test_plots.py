@@ -223,3 +223,19 @@ def test_every_shipped_space_plots(tmp_path, space):
         pq.write_table(t, data / f"part-{i:05d}.parquet")
     written = draw_standard_figures(data, tmp_path / "figures")
     assert written and all(p.exists() and p.stat().st_size > 10_000 for p in written)
+
+
+def test_log_axes_and_legends_stay_readable(tmp_path, monkeypatch):
+    """Issue 11: values spanning decades get log axes (time and cost fronts spanned 500x on linear axes), and a
+    scaling figure of many models x systems is faceted by model so that its legend lists only the systems."""
+    import dse.plots as plots
+
+    assert plots._spans(np.array([0.1, 5.0])) and not plots._spans(np.array([1.0, 20.0]))
+    figures = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig) or Path(path))
+    data = pd.DataFrame([{"model": f"m{m}", "system": f"s{s}", "gpus": g, "tokens_per_s_per_gpu": 100.0 * (s + 1)}
+                         for m in range(4) for s in range(5) for g in (64, 128, 256)])
+    plots.draw_scaling(data, "tokens_per_s_per_gpu", "gpus", tmp_path / "x.png", hue="system", facet="model")
+    (fig,) = figures
+    assert len(fig.legends) == 1 and len(fig.legends[0].get_texts()) == 5
+    assert len([ax for ax in fig.axes if ax.get_visible()]) == 4
