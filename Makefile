@@ -43,7 +43,7 @@ figures: $(STAMP)
 
 # The model against every measured case in shared/reference.
 validate: $(STAMP)
-	$(BIN)/dse validate $(REF)/*.csv --assume dse/validation/reference_assumptions.yaml
+	$(BIN)/dse validate $(REF)/*.csv
 
 # Fit the efficiency constants to the reference cases (a demonstration of `dse calibrate` on your own cases).
 calibrate: $(STAMP)

@@ -54,6 +54,7 @@ def random_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], np.nda
     x["lora_rank"] = rng.choice([8.0, 16.0, 64.0], n)
     x["lora_targets"] = rng.integers(0, 3, n).astype(np.float64)
     x["offload"] = rng.choice([0.0, 0.0, 0.0, 1.0, 2.0], n)
+    x["zero3_fetch"] = rng.choice([0.0, 0.0, 0.0, 1.0], n)
     assert set(x) == set(TRAIN_INPUTS)
     systems = rng.integers(0, len(hwcat.system_names()), n)
     # the kernel's working precision: the sweep engine decodes grids straight into it (values are small

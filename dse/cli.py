@@ -34,7 +34,8 @@ EXPLAIN_OPTIONS: dict[str, str] = {
     "attention": "flash|standard", "tp_overlap": "none|backward|full", "dp_overlap": "0|1", "pp_overlap": "0|1",
     "tied_embeddings": "0|1",
     "finetune": "full|lora|qlora", "lora_rank": "int", "lora_targets": "all|attention|qv",
-    "offload": "none|optimizer|all",
+    "offload": "none|optimizer|all", "zero3_fetch": "prefetch|on_demand",
+    "stack": "software stack (README: Case files): its profile fills the knobs not given",
     "batch": "int", "input_len": "int", "output_len": "int",
     "kv_precision": "auto|fp16|bf16|fp8|int8|int4",
 }

@@ -51,6 +51,11 @@ LORA_TARGETS: tuple[str, ...] = ("all", "attention", "qv")
 #: What lives in CPU memory (ZeRO-Offload / ZeRO-Infinity): nothing, the optimizer (states, master weights,
 #: the step itself on the CPU), or the optimizer and the weights (streamed to the GPU layer by layer).
 OFFLOAD: tuple[str, ...] = ("none", "optimizer", "all")
+#: How ZeRO-3 / FSDP fetches sharded weights: prefetched under the previous layer's compute (FSDP2,
+#: Megatron-FSDP, DeepSpeed with a prefetch window covering a layer) or on demand, each submodule's all-gather
+#: waited for before it runs (DeepSpeed 2021: stage3_prefetch_bucket_size 5e7 elements, under one matrix of a
+#: 100B-class model).
+ZERO3_FETCH: tuple[str, ...] = ("prefetch", "on_demand")
 
 #: Reasons a configuration has no answer.  Code 0 means feasible.  The order is the order of the checks:
 #: the first failing check is reported.

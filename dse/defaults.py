@@ -17,6 +17,7 @@ CATEGORICAL_DEFAULTS: dict[str, str] = {
     "finetune": "full",
     "lora_targets": "all",
     "offload": "none",
+    "zero3_fetch": "prefetch",
 }
 #: Vocabulary of each categorical input.
 CATEGORICAL: dict[str, tuple[str, ...]] = {
@@ -28,6 +29,7 @@ CATEGORICAL: dict[str, tuple[str, ...]] = {
     "finetune": codes.FINETUNE,
     "lora_targets": codes.LORA_TARGETS,
     "offload": codes.OFFLOAD,
+    "zero3_fetch": codes.ZERO3_FETCH,
 }
 
 #: The defaults, as documented in the README ("Inputs, defaults and optional knobs").
@@ -57,6 +59,7 @@ DEFAULTS_DOC: dict[str, str] = {
     "lora_rank": "16 (for lora / qlora)",
     "lora_targets": "all (adapters on every linear layer, as QLoRA)",
     "offload": "none",
+    "zero3_fetch": "prefetch (weights gathered under the previous layer's compute: FSDP2, Megatron-FSDP)",
 }
 
 

@@ -22,13 +22,14 @@ from dse.cost.training import TRAIN_METRICS, train_step
 from dse.defaults import CATEGORICAL, CATEGORICAL_DEFAULTS, DEFAULTS_DOC, fill_defaults  # noqa: F401 (re-export)
 from dse.hardware import catalog as hwcat
 from dse.models.catalog import models as model_catalog
-from dse.stacks import stack_names
+from dse.stacks import apply_stack, stack_names
 
 DIMENSION_COLUMNS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts", "top_k")
 PARALLEL_COLUMNS = ("gpus", "tp", "pp", "dp", "cp", "ep", "vpp")
 TRAIN_COLUMNS = ("sp", "micro_batch", "global_batch", "seq_len", "recompute", "zero", "precision")
 #: Knobs of this model that the reference schema does not have; a table may add them as columns.
-OPTIONAL_KNOBS = ("attention", "tp_overlap", "dp_overlap", "pp_overlap", "tied_embeddings", "lora_targets", "offload")
+OPTIONAL_KNOBS = ("attention", "tp_overlap", "dp_overlap", "pp_overlap", "tied_embeddings", "lora_targets", "offload",
+                  "zero3_fetch")
 
 #: Integer columns: (minimum allowed value).
 INTEGER_MIN: dict[str, int] = {
@@ -176,16 +177,7 @@ def check_configuration_cells(frame: pd.DataFrame, source: str) -> None:
             raise InputError(f"{_where(source, frame, pos)}, column 'request_rate': value {show(raw.iloc[pos])} is not "
                              "allowed; allowed: a positive finite number of requests/s (or empty for offline, "
                              "maximum load)")
-    if "stack" in frame.columns:
-        raw = frame["stack"]
-        blank = _blank(raw)
-        names = raw.astype(object).where(~blank, "").astype(str).str.strip().str.lower()
-        ok = (names.isin(stack_names()) | blank).to_numpy()
-        if not ok.all():
-            pos = int(np.flatnonzero(~ok)[0])
-            raise InputError(f"{_where(source, frame, pos)}, column 'stack': value {show(raw.iloc[pos])} is not a known "
-                             f"stack; allowed: {', '.join(stack_names())} (or empty for the current Megatron-core "
-                             "/ NeMo defaults)")
+    check_stack(frame, source)
     if "system" in frame.columns:
         system = frame["system"]
         blank = _blank(system)
@@ -195,6 +187,21 @@ def check_configuration_cells(frame: pd.DataFrame, source: str) -> None:
             pos = int(np.flatnonzero(~known)[0])
             raise InputError(f"{_where(source, frame, pos)}, column 'system': value {show(system.iloc[pos])} is not a "
                              f"catalogued system; allowed: {', '.join(hwcat.system_names())}")
+
+
+def check_stack(frame: pd.DataFrame, source: str) -> None:
+    """Every non-empty ``stack`` cell names a known stack (InputError listing them otherwise)."""
+    if "stack" not in frame.columns:
+        return
+    raw = frame["stack"]
+    blank = _blank(raw)
+    names = raw.astype(object).where(~blank, "").astype(str).str.strip().str.lower()
+    ok = (names.isin(stack_names()) | blank).to_numpy()
+    if not ok.all():
+        pos = int(np.flatnonzero(~ok)[0])
+        raise InputError(f"{_where(source, frame, pos)}, column 'stack': value {show(raw.iloc[pos])} is not a known "
+                         f"stack; allowed: {', '.join(stack_names())} (or empty for the current Megatron-core / "
+                         "NeMo defaults)")
 
 
 def tied_embeddings_default(frame: pd.DataFrame, dims: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -219,6 +226,8 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     Raises :class:`InputError` naming the row and column of the first bad cell.
     """
     frame = _fill_dimensions_from_catalog(frame, source)
+    check_stack(frame, source)
+    frame, _ = apply_stack(frame)  # the stack's profile fills the knobs the row leaves empty
     for col in ("layers", "hidden", "heads", "vocab", "system", "tp", "pp", "seq_len", "global_batch"):
         if col not in frame.columns:
             raise InputError(f"{source}: missing column {col!r} (required; see README.md, section 'Case files')")
@@ -239,7 +248,7 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
         x[name] = v.to_numpy()
     optional = ("kv_heads", "ffn_hidden", "experts", "top_k", "cp", "ep", "vpp", "micro_batch", "sp", "zero", "dp",
                 "gpus", "dp_overlap", "pp_overlap", "tied_embeddings", "mlp", "recompute", "precision", "attention",
-                "tp_overlap", "finetune", "lora_rank", "lora_targets", "offload")
+                "tp_overlap", "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch")
     work = frame.assign(**{k: column_or_empty(k) for k in optional})
     ints = {k: _integers(work, k, source).to_numpy() for k in (
         "kv_heads", "ffn_hidden", "experts", "top_k", "cp", "ep", "vpp", "micro_batch", "sp", "zero", "dp",
@@ -312,6 +321,7 @@ def infer_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     ``kv_precision`` auto, and the model defaults of :func:`fill_defaults`.
     """
     frame = _fill_dimensions_from_catalog(frame, source)
+    check_stack(frame, source)
     for col in ("layers", "hidden", "heads", "vocab", "system", "tp", "batch", "input_len", "output_len"):
         if col not in frame.columns:
             raise InputError(f"{source}: missing column {col!r} (required for task 'infer'; see "

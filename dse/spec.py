@@ -33,6 +33,7 @@ from dse.cost.training import TRAIN_METRICS
 from dse.defaults import CATEGORICAL
 from dse.hardware.catalog import system_names
 from dse.models.catalog import models as model_catalog
+from dse.stacks import stack_names
 
 
 class SpecError(ValueError):
@@ -47,7 +48,8 @@ INT_AXES: dict[str, tuple[int, int | None]] = {
     "sp": (0, 1), "zero": (0, 3), "dp_overlap": (0, 1), "pp_overlap": (0, 1), "lora_rank": (1, None),
 }
 #: Categorical axes (besides model and system) and their vocabularies.
-CAT_AXES: dict[str, tuple[str, ...]] = {k: v for k, v in CATEGORICAL.items() if k != "mlp"}
+CAT_AXES: dict[str, tuple[str, ...]] = {**{k: v for k, v in CATEGORICAL.items() if k != "mlp"},
+                                        "stack": stack_names()}
 GRID_KEYS = ("model", "system", *INT_AXES, *CAT_AXES)
 REQUIRED_GRID_KEYS = ("model", "system", "global_batch", "seq_len")
 MODEL_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts", "top_k",

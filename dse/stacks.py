@@ -1,11 +1,31 @@
-"""The software stack of a measurement or a sweep: the ``stack`` column of case files and tables.
+"""The software stack of a measurement, a table row or a sweep point: the ``stack`` column / axis.
 
-A stack names the software that ran (project and release).  This module holds the vocabulary; an empty
-``stack`` means the current Megatron-core / NeMo defaults of the model.  Any other value must be one of
-:data:`STACKS`, else the input is refused with the list of known stacks.
+A stack names the software that ran (project and release).  Its **profile** (``dse/stacks.csv``, one row per
+setting, each with its source: a paper section, a file at a commit, a release note) gives the defaults of the
+knobs that software fixes.  Rules:
+
+* a cell the table states always wins over the profile; the profile fills only empty cells;
+* an empty ``stack`` means the current Megatron-core / NeMo defaults of the model (:mod:`dse.defaults`);
+* an unknown stack is refused (exit 2) with the list of known ones.
+
+Profile values: a value of the knob's vocabulary; ``auto`` (leave the model's default, e.g. ``sp`` = 1 when
+tp > 1); ``when_vpp`` (1 when the row interleaves, vpp > 1, else 0: Megatron-Bridge's overlap_p2p_comm).
+Settings the cost model has no term for (``fp8_recipe``, ``cuda_graphs``) are recorded for the reader; the
+serving settings (``max_batch``, ``max_num_tokens``, ``kv_memory_fraction``, ``kv_block_tokens``,
+``chunked_prefill``) are the engine's defaults.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+from importlib import resources
+from io import StringIO
+
+import numpy as np
+import pandas as pd
+
+from dse import codes
 
 #: Known stacks and what each names.
 STACKS: dict[str, str] = {
@@ -18,12 +38,119 @@ STACKS: dict[str, str] = {
     "nemo-25.09": "NVIDIA NeMo / Megatron-Bridge container 25.09",
     "nemo-25.11": "NVIDIA NeMo / Megatron-Bridge container 25.11",
     "nemo-26.02": "NVIDIA NeMo / Megatron-Bridge container 26.02",
+    "megatron-core-2025": "Megatron-core library defaults (core_r0.14-0.15, 2025): nothing overlapped unless asked",
+    "torchtitan-2025": "PyTorch torchtitan (FSDP2, selective activation checkpointing), 2025",
     "nemo-inference-2023": "NeMo framework inference of Llama-2 (2023 documentation)",
     "tensorrt-llm-0.9.0": "TensorRT-LLM 0.9.0 (perf-overview document)",
     "tensorrt-llm-0.10.0": "TensorRT-LLM 0.10.0 (perf-overview document)",
-    "tensorrt-llm-1.0": "TensorRT-LLM 1.0 (perf-overview document)",
+    "tensorrt-llm-1.0": "TensorRT-LLM 1.0 (perf-overview document, PyTorch backend)",
+    "vllm-0.11": "vLLM 0.11 (V1 engine)",
+    "sglang-0.5": "SGLang 0.5",
 }
+
+#: Training knobs a profile sets (kernel inputs) and the values each takes.
+TRAIN_KNOBS: dict[str, tuple[str, ...]] = {
+    "attention": codes.ATTENTION, "tp_overlap": codes.TP_OVERLAP, "recompute": codes.RECOMPUTE,
+    "dp_overlap": ("0", "1"), "pp_overlap": ("0", "1"), "sp": ("0", "1"), "zero": ("0", "1", "2", "3"),
+    "zero3_fetch": codes.ZERO3_FETCH,
+}
+#: Settings recorded for the reader (no term in the model) and serving-engine settings.
+RECORDED: dict[str, str] = {"fp8_recipe": "text", "cuda_graphs": "0 or 1"}
+SERVE_KNOBS: dict[str, str] = {"max_batch": "integer", "max_num_tokens": "integer",
+                               "kv_memory_fraction": "number in (0, 1]", "kv_block_tokens": "integer",
+                               "chunked_prefill": "0 or 1"}
+SPECIAL = ("auto", "when_vpp")
 
 
 def stack_names() -> tuple[str, ...]:
     return tuple(STACKS)
+
+
+@cache
+def profiles() -> pd.DataFrame:
+    """The profile table (stack, key, value, source), checked: every stack known, every key and value allowed,
+    every setting sourced, no setting twice."""
+    text = resources.files("dse").joinpath("stacks.csv").read_text(encoding="utf-8")
+    table = pd.read_csv(StringIO(text), dtype=str, keep_default_na=False)
+    for i, row in table.iterrows():
+        where = f"dse/stacks.csv row {int(str(i)) + 2}"
+        if row["stack"] not in STACKS:
+            raise ValueError(f"{where}: unknown stack {row['stack']!r}")
+        key, value = row["key"], row["value"]
+        if key in TRAIN_KNOBS:
+            if value not in TRAIN_KNOBS[key] and value not in SPECIAL:
+                raise ValueError(f"{where}: {key} = {value!r}; allowed: {', '.join(TRAIN_KNOBS[key] + SPECIAL)}")
+        elif key not in RECORDED and key not in SERVE_KNOBS:
+            raise ValueError(f"{where}: unknown key {key!r}")
+        if not row["source"].strip():
+            raise ValueError(f"{where}: a setting without a source")
+    dup = table.duplicated(["stack", "key"])
+    if dup.any():
+        raise ValueError(f"dse/stacks.csv: {table.loc[dup, ['stack', 'key']].iloc[0].tolist()} is set twice")
+    return table
+
+
+def profile(stack: str) -> dict[str, str]:
+    """The settings of one stack: key -> value."""
+    t = profiles()
+    part = t[t["stack"] == stack]
+    return dict(zip(part["key"], part["value"], strict=True))
+
+
+def _blank(series: pd.Series) -> np.ndarray:
+    values = series.to_numpy(dtype=object)
+    return np.array([v is None or (isinstance(v, float) and np.isnan(v)) or (isinstance(v, str) and not v.strip())
+                     for v in values], dtype=bool) if len(values) else np.zeros(0, dtype=bool)
+
+
+def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAIN_KNOBS
+                ) -> tuple[pd.DataFrame, list[dict[str, object]]]:
+    """Fill the empty knob cells of rows that name a stack from its profile (stated cells win).
+
+    Returns the filled frame and, per row, the values filled (for ``dse validate --json``).  The work is one
+    masked assignment per (stack, knob) present, not one step per row."""
+    filled: list[dict[str, object]] = [{} for _ in range(len(frame))]
+    if "stack" not in frame.columns or not len(frame):
+        return frame, filled
+    names = frame["stack"].astype(object).where(~_blank(frame["stack"]), "").astype(str).str.strip().str.lower()
+    present = [s for s in pd.unique(names) if s]
+    if not present:
+        return frame, filled
+    frame = frame.copy()
+    vpp = pd.to_numeric(frame["vpp"], errors="coerce").fillna(1.0).to_numpy() if "vpp" in frame.columns else \
+        np.ones(len(frame))
+    for stack in present:
+        rows = (names == stack).to_numpy()
+        for key, value in profile(stack).items():
+            if key not in knobs or value == "auto":
+                continue
+            if key not in frame.columns:
+                frame[key] = pd.Series([None] * len(frame), index=frame.index, dtype=object)
+            elif frame[key].dtype != object:
+                frame[key] = frame[key].astype(object)
+            target = rows & _blank(frame[key])
+            if not target.any():
+                continue
+            if value == "when_vpp":
+                vals = np.where(vpp > 1, "1", "0")
+                frame.loc[target, key] = vals[target]
+            else:
+                frame.loc[target, key] = value
+            for pos in np.flatnonzero(target):
+                filled[pos][key] = frame[key].iloc[pos]
+    return frame, filled
+
+
+def knob_tables(names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """For sweeps: per training knob, the value each stack code (index into ``names``) sets, as a float code
+    (NaN: leave the default; -1: ``when_vpp``).  ``names`` is the spec's stack vocabulary."""
+    out: dict[str, np.ndarray] = {}
+    for key, vocab in TRAIN_KNOBS.items():
+        arr = np.full(len(names), np.nan)
+        for i, stack in enumerate(names):
+            value = profile(stack).get(key)
+            if value is None or value == "auto":
+                continue
+            arr[i] = -1.0 if value == "when_vpp" else float(vocab.index(value))
+        out[key] = arr
+    return out

@@ -20,15 +20,17 @@ from dse.grid import Grid
 from dse.hardware import catalog as hwcat
 from dse.hardware.derive import DERIVE_AXES, base_technology, derived_hardware_columns
 from dse.spec import MODEL_KEYS, TECH_CAT_AXES, Spec, tech_vocabulary
+from dse.stacks import knob_tables, stack_names
 
 #: Input columns written per row (after ``point``), in this order.
 INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "micro_batch",
                  "global_batch", "seq_len", "recompute", "zero", "precision", "attention", "tp_overlap",
-                 "dp_overlap", "pp_overlap", "finetune", "lora_rank", "lora_targets", "offload")
+                 "dp_overlap", "pp_overlap", "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch",
+                 "stack")
 INFER_INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "batch", "input_len", "output_len",
                        "precision", "kv_precision")
 SMALL_INT_COLUMNS = ("sp", "zero", "dp_overlap", "pp_overlap")
-CATEGORY_COLUMNS = {**CATEGORICAL, "kv_precision": codes.KV_PRECISION}
+CATEGORY_COLUMNS = {**CATEGORICAL, "kv_precision": codes.KV_PRECISION, "stack": stack_names()}
 
 
 def tech_columns(spec: Spec) -> tuple[str, ...]:
@@ -98,8 +100,25 @@ def kernel_inputs(spec: Spec, cols: dict[str, np.ndarray]) -> tuple[dict[str, np
             x[key] = np.where(np.isnan(x[key]), default, x[key]).astype(DTYPE)
         x["gpus"] = (x["tp"] * x["pp"] * x["dp"]).astype(DTYPE)
     else:
+        x["stack"] = cols["stack"] if "stack" in cols else np.full(n, np.nan, dtype=DTYPE)
+        if "stack" in cols:
+            _fill_from_stack(x, cols["stack"])
         fill_defaults(x)
     return x, cols["system"].astype(np.int64)
+
+
+def _fill_from_stack(x: dict[str, np.ndarray], stack: np.ndarray) -> None:
+    """Knobs a point leaves empty (NaN) take its stack's profile value (:func:`dse.stacks.knob_tables`),
+    gathered by stack code; a point without a stack keeps NaN (the model's default)."""
+    tables = knob_tables(stack_names())
+    has = ~np.isnan(stack)
+    code = np.where(has, stack, 0).astype(np.int64)
+    for key, table in tables.items():
+        if key not in x:
+            continue
+        value = np.where(has, table[code], np.nan)
+        value = np.where(value == -1.0, (x["vpp"] > 1).astype(np.float64), value)  # when_vpp
+        x[key] = np.where(np.isnan(x[key]), value, x[key]).astype(x[key].dtype)
 
 
 def evaluate_points(spec: Spec, grid: Grid, start: int, stop: int, feasible_only: bool = False) -> pa.Table:

@@ -88,3 +88,17 @@ def test_python_example_runs_in_a_fresh_clone(monkeypatch):
     assert "shared/" not in block
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
     exec(compile(block, "README.md", "exec"), {})
+
+
+def test_stack_profile_table_matches_the_profiles():
+    from dse.stacks import STACKS, profile
+
+    section = _section("## Software stacks", "## Case files")
+    keys = ("attention", "tp_overlap", "dp_overlap", "pp_overlap", "sp", "recompute", "zero")
+    for stack in STACKS:
+        pr = profile(stack)
+        line = next((ln for ln in section.splitlines() if ln.startswith(f"| `{stack}` |")), None)
+        if not any(k in pr for k in keys):
+            assert line is None, stack
+            continue
+        assert line == "| `%s` | %s |" % (stack, " | ".join(pr.get(k, "-") for k in keys)), stack

@@ -79,7 +79,7 @@ TRAIN_INPUTS: tuple[str, ...] = (
     "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts", "top_k",
     "tied_embeddings", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "micro_batch", "global_batch",
     "seq_len", "recompute", "zero", "precision", "attention", "tp_overlap", "dp_overlap", "pp_overlap",
-    "finetune", "lora_rank", "lora_targets", "offload",
+    "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch",
 )
 
 #: Metric outputs (NaN on configurations that do not divide).
@@ -187,6 +187,7 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     z1, z3 = (zero >= 1).astype(f64), (zero >= 3).astype(f64)
     peft = (x["finetune"] >= codes.FINETUNE_LORA).astype(f64)  # adapters on frozen weights
     qlora = (x["finetune"] == codes.FINETUNE_QLORA).astype(f64)
+    prefetch = (x["zero3_fetch"] == 0).astype(f64)
     off_opt = (x["offload"] >= 1).astype(f64)
     off_all = (x["offload"] >= 2).astype(f64)
     # Whole-batch switches: the fine-tuning and offload terms are computed only when some row of this call
@@ -377,19 +378,24 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     # all-gather hides under the first forward, the gradient reduction under the last backward (ZeRO-3:
     # its gathers under every micro-batch).  Without dp_overlap the data-parallel transfers are serial.
     z12 = z1 * (1.0 - z3)
-    gathers = 2.0 * weight_gather  # ZeRO-3: forward and backward of one micro-batch
-    nic_last = grad_sync + gathers
+    # ZeRO-3: forward and backward of one micro-batch; fetched on demand, the weights are freed after each
+    # submodule runs, so full recomputation's second forward gathers them a third time (DeepSpeed
+    # partitioned_param_coordinator: release_sub_module after every submodule)
+    gathers = (2.0 + (1.0 - prefetch) * full) * weight_gather
+    # ZeRO-3 weight gathers hide under compute only when prefetched (zero3_fetch = prefetch); fetched on demand
+    # (DeepSpeed 2021: each submodule's all-gather is waited for before it runs) they are serial.
+    gathers_hidden = dp_overlap * prefetch * gathers
 
     def exposed(stream_: Array, d2h_: Array) -> Array:
-        regular = np.maximum(0.0, np.maximum(dp_overlap * gathers - stage_compute, stream_ - stage_compute))
+        regular = np.maximum(0.0, np.maximum(gathers_hidden - stage_compute, stream_ - stage_compute))
         first = np.maximum(regular, dp_overlap * z12 * param_gather - fwd_window)
-        last = np.maximum(dp_overlap * nic_last - pick(z3, stage_compute, bwd_window),
+        last = np.maximum(dp_overlap * grad_sync + gathers_hidden - pick(z3, stage_compute, bwd_window),
                           d2h_ + stream_ - stage_compute)
         only = np.maximum(np.maximum(first, last), 0.0)
         many = np.maximum(first, 0.0) + np.maximum(m - 2.0, 0.0) * regular + np.maximum(last, 0.0)
         return pick((m <= 1) * 1.0, only, many)
 
-    serial_dp = (1.0 - dp_overlap) * (m * gathers + grad_sync + z12 * param_gather)
+    serial_dp = (1.0 - dp_overlap) * (grad_sync + z12 * param_gather) + (1.0 - dp_overlap * prefetch) * m * gathers
     hidden_dp = exposed(0.0, 0.0)
     dp_exposed = serial_dp + hidden_dp
     if any_offload:

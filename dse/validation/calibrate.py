@@ -24,6 +24,7 @@ from dse.cost.training import train_step
 from dse.frame import InputError, infer_inputs, read_yaml, train_inputs
 from dse.hardware import catalog as hwcat
 from dse.validation.fit import nelder_mead
+from dse.stacks import apply_stack
 from dse.validation.validate import METRICS, Assumption, apply_assumptions, read_cases, usable_rows
 
 Overrides = dict[tuple[str, str], float]
@@ -55,6 +56,7 @@ class CaseSet:
         labels: dict[tuple[str, str], int] = {}
         for f in files:
             frame, _ = apply_assumptions(read_cases(f), assumptions)
+            frame, _ = apply_stack(frame)
             frame = frame.loc[usable_rows(frame)]
             frames.append((str(f), frame))
             for task, inputs in (("train", train_inputs), ("infer", infer_inputs)):

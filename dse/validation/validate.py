@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dse.stacks import apply_stack
 from dse.frame import (
     OPTIONAL_KNOBS,
     InputError,
@@ -84,6 +85,8 @@ class CaseResult:
     error_pct: float | None = None
     skipped: str | None = None
     assumed: dict[str, object] = field(default_factory=dict)
+    stack: str | None = None
+    from_stack: dict[str, object] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"case": self.case, "file": self.file, "metric": self.metric,
@@ -95,6 +98,8 @@ class CaseResult:
             out["error_pct"] = self.error_pct
         if self.assumed:
             out["assumed"] = self.assumed
+        out["stack"] = self.stack or "(none: current Megatron-core / NeMo defaults)"
+        out["filled_by_stack"] = self.from_stack
         return out
 
 
@@ -112,6 +117,12 @@ def load_assumptions(path: str | Path) -> list[Assumption]:
                              f"'source' (text); got {entry!r}")
         out.append(Assumption(str(entry["cases"]), dict(entry["set"]), str(entry["source"]).strip()))
     return out
+
+
+def _plain(v: object) -> object:
+    """A filled knob value for JSON: numbers as numbers, names as text."""
+    text = str(v)
+    return int(text) if text.isdigit() else text
 
 
 def _blank(v: object) -> bool:
@@ -208,6 +219,7 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
     path = Path(path)
     frame = read_cases(path)
     frame, applied = apply_assumptions(frame, assumptions)
+    frame, from_stack = apply_stack(frame)
     is_train = (frame["task"] == "train").to_numpy()
     is_infer = (frame["task"] == "infer").to_numpy()
     predicted_parts = []
@@ -219,8 +231,11 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
     results = []
     for pos in range(len(frame)):
         row = frame.iloc[pos]
+        stack = row.get("stack")
         res = CaseResult(case=str(row["case"]), file=path.name, metric=str(row["metric"]),
-                         measured=float(row["measured"]), assumed=applied[pos])
+                         measured=float(row["measured"]), assumed=applied[pos],
+                         stack=str(stack).strip().lower() if isinstance(stack, str) and stack.strip() else None,
+                         from_stack={k: _plain(v) for k, v in from_stack[pos].items()})
         out_col = METRICS[res.metric]
         experts = pd.to_numeric(pd.Series([row.get("experts")]), errors="coerce").fillna(1.0).iloc[0]
         moe_inference = row["task"] == "infer" and float(experts) > 1

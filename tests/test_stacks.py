@@ -1,0 +1,115 @@
+"""Issue 9: the software stack as a named input.  Profiles are sourced, fill only empty cells, apply alike in
+tables, sweeps and explain, and carry the software knowledge that used to be tied to case ids."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dse.cli import main
+from dse.frame import InputError, evaluate
+from dse.grid import Grid
+from dse.spec import SpecError, resolve_spec
+from dse.stacks import STACKS, TRAIN_KNOBS, apply_stack, profile, profiles
+from dse.sweep import evaluate_points
+from dse.validation.validate import summarize, validate_file
+
+REQUIRED = ("megatron-lm-2021", "megatron-lm-2022", "deepspeed-zero3-2021", "nemo-24.03", "nemo-24.07", "nemo-25.09",
+            "nemo-25.11", "nemo-26.02", "nemo-inference-2023", "tensorrt-llm-0.9.0", "tensorrt-llm-0.10.0",
+            "tensorrt-llm-1.0")
+ROW = {"model": "gpt3-175b", "system": "a100-sxm-80gb", "gpus": 1024, "tp": 8, "pp": 8, "global_batch": 1536,
+       "seq_len": 2048}
+
+
+def test_vocabulary_and_every_setting_sourced():
+    assert set(REQUIRED) <= set(STACKS)
+    assert {"megatron-core-2025", "torchtitan-2025", "vllm-0.11", "sglang-0.5"} <= set(STACKS)
+    table = profiles()
+    assert (table["source"].str.len() > 20).all(), table[table["source"].str.len() <= 20]
+    assert set(table["stack"]) <= set(STACKS)
+    for stack in ("megatron-lm-2021", "megatron-lm-2022", "nemo-24.07", "nemo-25.09", "torchtitan-2025"):
+        assert {"attention", "tp_overlap", "zero"} <= set(profile(stack)), stack
+
+
+def test_profile_fills_only_empty_cells_and_empty_stack_means_defaults():
+    frame = pd.DataFrame([{**ROW, "stack": "megatron-lm-2021"},
+                          {**ROW, "stack": "megatron-lm-2021", "attention": "flash", "recompute": "none"},
+                          {**ROW}])
+    # evaluated one row at a time: evaluate() never changes a column the frame has, only adds missing ones
+    out = pd.concat([evaluate(frame.iloc[[i]].dropna(axis=1)) for i in range(3)], ignore_index=True)
+    assert list(out["attention"]) == ["standard", "flash", "flash"]
+    assert list(out["recompute"]) == ["full", "none", "none"]
+    assert list(out["tp_overlap"]) == ["none", "none", "full"]
+    assert list(out["zero"]) == [0, 0, 1]
+    filled, record = apply_stack(frame)
+    assert record[0]["attention"] == "standard" and "attention" not in record[1] and record[2] == {}
+
+
+def test_when_vpp_follows_the_row():
+    frame = pd.DataFrame([{**ROW, "stack": "nemo-25.09", "vpp": 1}, {**ROW, "stack": "nemo-25.09", "vpp": 2}])
+    assert list(evaluate(frame)["pp_overlap"]) == [0, 1]
+
+
+def test_unknown_stack_is_refused_everywhere(capsys):
+    with pytest.raises(InputError, match="megatron-lm-2021, megatron-lm-2022"):
+        evaluate(pd.DataFrame([{**ROW, "stack": "megatron-lm-1999"}]))
+    with pytest.raises(SpecError, match="stack"):
+        resolve_spec({"name": "x", "grid": {**ROW, "stack": "nemo-99"}}, "x.yaml")
+    argv = ["explain", "--model", "gpt3-175b", "--system", "a100-sxm-80gb", "--gpus", "1024", "--tp", "8", "--pp",
+            "8", "--global-batch", "1536", "--seq-len", "2048", "--stack", "nemo-99"]
+    assert main(argv) == 2
+    assert "nemo-24.07" in capsys.readouterr().err
+
+
+def test_sweep_axis_gives_the_table_rows():
+    grid = {**{k: v for k, v in ROW.items()}, "vpp": [1, 2], "stack": ["megatron-lm-2021", "nemo-25.09", "nemo-24.07"]}
+    spec = resolve_spec({"name": "s", "grid": grid}, "<test>")
+    swept = evaluate_points(spec, Grid(spec), 0, spec.size).to_pandas()
+    table = evaluate(swept[["model", "system", "gpus", "tp", "pp", "vpp", "global_batch", "seq_len", "stack"]]
+                     .astype(object))
+    for key in TRAIN_KNOBS:
+        if key in swept:
+            assert list(swept[key].astype(str)) == list(table[key].astype(str)), key
+    np.testing.assert_allclose(swept["step_time_s"], table["step_time_s"], rtol=1e-5)
+
+
+def test_shared_training_files_keep_their_targets_with_the_stack_column_alone(ref):
+    """No assumptions file: the `stack` column carries the software (Narayanan <= 5 %, Korthikanti <= 8 % with
+    the ordering right, NeMo 24.07 <= 10 %)."""
+    for name, limit in (("megatron_narayanan2021_table1.csv", 5.0), ("megatron_korthikanti2022_table4.csv", 8.0),
+                        ("nemo_h100_24.07.csv", 10.0)):
+        results = validate_file(ref / name)
+        (summary,) = summarize(results)
+        assert summary["skipped"] == 0 and summary["mape_pct"] <= limit, (name, summary)
+        assert all(not r.assumed for r in results)
+    k = {r.case.rsplit("layer-", 1)[1]: r.predicted for r in validate_file(ref / "megatron_korthikanti2022_table4.csv")}
+    order = ["none-sp", "none", "selective-sp", "selective", "full"]
+    assert [k[o] for o in order] == sorted(k.values())
+
+
+def test_validate_json_names_the_profile_and_what_it_filled(ref, capsys):
+    assert main(["validate", str(ref / "megatron_korthikanti2022_table4.csv"), "--json"]) == 0
+    cases = json.loads(capsys.readouterr().out)["cases"]
+    assert all(c["stack"] == "megatron-lm-2022" for c in cases)
+    assert cases[0]["filled_by_stack"]["attention"] == "standard"
+    assert cases[0]["filled_by_stack"]["dp_overlap"] == 0
+
+
+def test_held_out_narayanan_table2(tmp_path):
+    """Out of sample (Narayanan 2021 Table 2, not in the reference set): PTD-P within 6 %.  ZeRO-3 as DeepSpeed
+    ran it in 2021 fetches weights on demand (serial gathers, again under recomputation), which makes it slower
+    than prefetching would; the model still under-predicts its step time (see the README's limitations)."""
+    from pathlib import Path
+
+    cases = Path(__file__).parent / "cases" / "narayanan2021_table2_zero3.csv"
+    results = validate_file(cases)
+    ptdp = [abs(r.error_pct) for r in results if "ptdp" in r.case]
+    assert len(ptdp) == 6 and np.mean(ptdp) <= 6.0
+    frame = pd.read_csv(cases, dtype=str, keep_default_na=False)
+    zero3 = frame[frame["case"].str.contains("zero3")].drop(columns=["case", "metric", "measured", "source", "task"])
+    on_demand = evaluate(zero3.replace("", np.nan))["step_time_s"].to_numpy()
+    prefetch = evaluate(zero3.replace("", np.nan).assign(zero3_fetch="prefetch"))["step_time_s"].to_numpy()
+    assert (on_demand > prefetch).all()
