@@ -35,6 +35,7 @@ EXPLAIN_OPTIONS: dict[str, str] = {
     "tied_embeddings": "0|1",
     "finetune": "full|lora|qlora", "lora_rank": "int", "lora_targets": "all|attention|qv",
     "offload": "none|optimizer|all", "zero3_fetch": "prefetch|on_demand",
+    "pipeline_split": "even|embedding_loss", "layers_first_stage": "int", "layers_last_stage": "int",
     "stack": "software stack (README: Case files): its profile fills the knobs not given",
     "batch": "int", "input_len": "int", "output_len": "int",
     "kv_precision": "auto|fp16|bf16|fp8|int8|int4",
@@ -166,6 +167,8 @@ def _refuse_what_does_not_divide(row: pd.Series, dp_given: bool) -> None:
     names = [n for n in dict.fromkeys(re.findall(r"[a-z_]+", reason)) if n in row.index]
     values = ", ".join(f"{n}={_jsonable(row[n])}" for n in names)
     note = ""
+    if reason.startswith("layers % (pp*vpp)"):
+        note = (" (uneven stages: --pipeline-split embedding_loss, or --layers-first-stage / --layers-last-stage)")
     if reason.startswith("tp*pp") and not dp_given:
         note = " (dp is derived as gpus // (tp*pp*cp): give gpus as a multiple of tp*pp*cp, or give --dp)"
     raise CliError(f"explain: this configuration has no answer: {reason}" + (f" ({values})" if values else "")

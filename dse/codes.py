@@ -56,6 +56,13 @@ OFFLOAD: tuple[str, ...] = ("none", "optimizer", "all")
 #: waited for before it runs (DeepSpeed 2021: stage3_prefetch_bucket_size 5e7 elements, under one matrix of a
 #: 100B-class model).
 ZERO3_FETCH: tuple[str, ...] = ("prefetch", "on_demand")
+#: How the layers split over pipeline stages: evenly (layers % (pp·vpp) == 0), or with the embedding and the
+#: loss each counted as one layer (Megatron-core account_for_embedding_in_pipeline_split and
+#: account_for_loss_in_pipeline_split): (layers + 2) slots split evenly over pp·vpp virtual stages, so the first
+#: and the last virtual stage hold one transformer layer fewer.  Explicit ``layers_first_stage`` /
+#: ``layers_last_stage`` (Megatron num_layers_in_first/last_pipeline_stage, per pipeline rank) override both.
+PIPELINE_SPLIT: tuple[str, ...] = ("even", "embedding_loss")
+PIPELINE_SPLIT_EMBEDDING_LOSS = 1
 
 #: Reasons a configuration has no answer.  Code 0 means feasible.  The order is the order of the checks:
 #: the first failing check is reported.
@@ -73,6 +80,8 @@ REASONS: tuple[str, ...] = (
     "heads % tp != 0",
     "kv_heads % tp != 0",
     "layers % (pp*vpp) != 0",
+    "(layers+2) % (pp*vpp) != 0 (embedding/loss split)",
+    "first/last stage layers do not fit the pipeline",
     "vpp > 1 needs pp > 1",
     "global_batch % (dp*micro_batch) != 0",
     "microbatches % pp != 0 (interleaved schedule)",

@@ -18,6 +18,7 @@ CATEGORICAL_DEFAULTS: dict[str, str] = {
     "lora_targets": "all",
     "offload": "none",
     "zero3_fetch": "prefetch",
+    "pipeline_split": "even",
 }
 #: Vocabulary of each categorical input.
 CATEGORICAL: dict[str, tuple[str, ...]] = {
@@ -30,6 +31,7 @@ CATEGORICAL: dict[str, tuple[str, ...]] = {
     "lora_targets": codes.LORA_TARGETS,
     "offload": codes.OFFLOAD,
     "zero3_fetch": codes.ZERO3_FETCH,
+    "pipeline_split": codes.PIPELINE_SPLIT,
 }
 
 #: The defaults, as documented in the README ("Inputs, defaults and optional knobs").
@@ -60,6 +62,8 @@ DEFAULTS_DOC: dict[str, str] = {
     "lora_targets": "all (adapters on every linear layer, as QLoRA)",
     "offload": "none",
     "zero3_fetch": "prefetch (weights gathered under the previous layer's compute: FSDP2, Megatron-FSDP)",
+    "pipeline_split": "even (layers % (pp·vpp) == 0)",
+    "layers_first_stage, layers_last_stage": "empty (from pipeline_split)",
 }
 
 

@@ -63,6 +63,7 @@ def explain_row(config: Mapping[str, object], overrides: Overrides | None = None
     out = evaluate_train(frame, source="dse explain", overrides=overrides, with_inputs=True)
     row = out.iloc[0].copy()
     row["model"] = config.get("model", "custom model")
+    row["stack"] = config.get("stack")
     return row
 
 
@@ -96,6 +97,29 @@ def bottleneck(row: pd.Series) -> str:
     return f"{TIME_LABELS[TIME_BREAKDOWN[i]]} ({100.0 * values[i] / float(row['step_time_s']):.1f} % of the step)"
 
 
+def stage_split_text(row: pd.Series) -> str:
+    """``pipeline stages: first rank 15 layers + embedding, 6 middle ranks 16 each, last rank 15 + loss
+    (embedding_loss split, 8 chunks per rank)`` — the split :func:`dse.cost.pipeline.stage_layers_split`
+    gives."""
+    from dse.cost.pipeline import stage_layers_split
+
+    def value(key: str) -> float:
+        v = row.get(key)
+        return float("nan") if v is None or pd.isna(v) else float(v)
+
+    split = str(row.get("pipeline_split", "even"))
+    code = 1.0 if split == "embedding_loss" else 0.0
+    p, v = float(row["pp"]), float(row["vpp"])
+    first, middle, last = (float(np.asarray(a)) for a in stage_layers_split(
+        np.asarray(float(row["layers"])), np.asarray(p), np.asarray(v), np.asarray(code),
+        np.asarray(value("layers_first_stage")), np.asarray(value("layers_last_stage"))))
+    explicit = not (np.isnan(value("layers_first_stage")) and np.isnan(value("layers_last_stage")))
+    how = "explicit first/last" if explicit else f"{split} split"
+    mid = f", {int(p) - 2} middle ranks {middle:g} each" if p > 2 else ""
+    return (f"pipeline stages: first rank {first:g} layers + embedding{mid}, last rank {last:g} + output layer "
+            f"and loss ({how}, {int(v)} chunk{'s' if v > 1 else ''} per rank)")
+
+
 def format_explain(row: pd.Series) -> str:
     """Readable text for one evaluated configuration."""
     lines = []
@@ -112,7 +136,10 @@ def format_explain(row: pd.Series) -> str:
         f"precision={row['precision']} attention={row['attention']} tp_overlap={row['tp_overlap']}"
         + (f"; finetune={row['finetune']} lora_rank={int(row['lora_rank'])} lora_targets={row['lora_targets']}"
            if row.get("finetune", "full") != "full" else "")
-        + (f"; offload={row['offload']}" if row.get("offload", "none") != "none" else ""))
+        + (f"; offload={row['offload']}" if row.get("offload", "none") != "none" else "")
+        + (f"; stack={row['stack']}" if isinstance(row.get("stack"), str) and row.get("stack") else ""))
+    if int(row["pp"]) > 1:
+        lines.append(stage_split_text(row))
     reason = str(row["infeasible_reason"])
     if not np.isfinite(float(row["step_time_s"])):
         lines.append(f"\nNo answer for this configuration: {reason}")

@@ -113,3 +113,34 @@ def test_held_out_narayanan_table2(tmp_path):
     on_demand = evaluate(zero3.replace("", np.nan))["step_time_s"].to_numpy()
     prefetch = evaluate(zero3.replace("", np.nan).assign(zero3_fetch="prefetch"))["step_time_s"].to_numpy()
     assert (on_demand > prefetch).all()
+
+
+def test_llama31_405b_published_layouts_evaluate_with_their_stage_split():
+    """Issue 9: Llama 3.1 405B (126 layers) in the layouts Megatron-Bridge publishes — the embedding and the
+    loss counted as layers — evaluates, fits, and shows its split; an even split of 126 layers over pp 8 x vpp 8
+    is refused with the reason."""
+    from pathlib import Path
+
+    from dse.explain import explain_row, stage_split_text
+
+    cases = pd.read_csv(Path(__file__).parent / "cases" / "nemo_llama31_405b_layouts.csv")
+    out = evaluate(cases.drop(columns=["case", "metric", "measured", "source"]))
+    assert out["fits"].all() and np.isfinite(out["tokens_per_s_per_gpu"]).all()
+    even = evaluate(cases.drop(columns=["case", "metric", "measured", "source", "pipeline_split"]))
+    assert (even["infeasible_reason"] == "layers % (pp*vpp) != 0").all()
+    row = explain_row({**cases.iloc[0].drop(["case", "metric", "measured", "source"]).to_dict(), "task": "train"})
+    assert stage_split_text(row).startswith("pipeline stages: first rank 15 layers + embedding, 6 middle ranks 16")
+
+
+def test_uneven_stages_pace_and_fill_by_the_largest_rank():
+    """A rank with more layers sets the pipeline pace and the memory: moving layers from the middle ranks to the
+    first one slows the step and raises the memory; explicit counts that do not add up are a reason."""
+    base = {"model": "llama3-70b", "system": "h100-sxm-80gb", "gpus": 64, "tp": 4, "pp": 4, "global_batch": 128,
+            "seq_len": 8192}
+    even = evaluate(pd.DataFrame([base])).iloc[0]
+    same = evaluate(pd.DataFrame([{**base, "layers_first_stage": 20, "layers_last_stage": 20}])).iloc[0]
+    heavy = evaluate(pd.DataFrame([{**base, "layers_first_stage": 26, "layers_last_stage": 18}])).iloc[0]
+    bad = evaluate(pd.DataFrame([{**base, "layers_first_stage": 25, "layers_last_stage": 20}])).iloc[0]
+    assert same["step_time_s"] == pytest.approx(even["step_time_s"], rel=1e-6)
+    assert heavy["step_time_s"] > even["step_time_s"] and heavy["mem_total_bytes"] > even["mem_total_bytes"]
+    assert bad["infeasible_reason"] == "first/last stage layers do not fit the pipeline"

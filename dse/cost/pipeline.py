@@ -53,3 +53,36 @@ def inflight_layer_microbatches_last_stage(microbatches: Array, pp: Array, vpp: 
     interleaving Megatron-LM warms up (v−1)·p chunks on the last rank, so (v−1)·p + 1 chunks are alive."""
     chunks = np.minimum((vpp - 1.0) * pp + 1.0, microbatches * vpp)
     return pick((vpp > 1) * 1.0, chunks * layers / (pp * vpp), layers / pp)
+
+
+def stage_layers_split(layers: Array, pp: Array, vpp: Array, split: Array, first_in: Array, last_in: Array
+                       ) -> tuple[Array, Array, Array]:
+    """Transformer layers on the first, a middle and the last pipeline rank.
+
+    * even: L/p each;
+    * embedding_loss (Megatron-core ``account_for_embedding_in_pipeline_split`` and ``..._loss_...``): the
+      embedding and the loss count as one layer each, L + 2 slots over p·v virtual stages; the first and the
+      last virtual stage give one slot to them, so the first and last ranks hold (L + 2)/p − 1 layers;
+    * explicit first / last (Megatron ``num_layers_in_first/last_pipeline_stage``, NaN when not given): the
+      rest, L − first − last, split evenly over the p − 2 middle ranks.
+
+    With p = 1 the one rank holds all L.  Whether the counts divide is checked in the reasons."""
+    even = layers / pp
+    emb = (split == 1).astype(layers.dtype)
+    split_edge = pick(emb, (layers + 2.0) / pp - 1.0, even)
+    first = np.where(np.isnan(first_in), split_edge, first_in)
+    last = np.where(np.isnan(last_in), split_edge, last_in)
+    middle = (layers - first - last) / np.maximum(pp - 2.0, 1.0)
+    middle = np.where(pp > 2, middle, np.where(pp > 1, 0.0, layers))
+    first = np.where(pp > 1, first, layers)
+    last = np.where(pp > 1, last, layers)
+    return first, middle, last
+
+
+def inflight_chunk_microbatches(microbatches: Array, pp: Array, vpp: Array, rank: Array) -> Array:
+    """Chunk·micro-batches pipeline rank ``rank`` holds at its peak: 1F1B min(p − r, m); interleaved
+    (Megatron-LM warm-up) min(2(p − 1 − r) + (v − 1)·p + 1, m·v) chunks.  Rank 0 and rank p − 1 are
+    :func:`inflight_layer_microbatches` and :func:`inflight_layer_microbatches_last_stage` per layer."""
+    one_f_one_b = np.minimum(pp - rank, microbatches)
+    chunks = np.minimum(2.0 * (pp - 1.0 - rank) + (vpp - 1.0) * pp + 1.0, microbatches * vpp)
+    return pick((vpp > 1) * 1.0, chunks / vpp, one_f_one_b)

@@ -53,10 +53,10 @@ from dse.cost.parallel import (
     tp_activation_bytes,
 )
 from dse.cost.pipeline import (
-    inflight_layer_microbatches,
-    inflight_layer_microbatches_last_stage,
+    inflight_chunk_microbatches,
     pipeline_bubble_time,
     pipeline_time,
+    stage_layers_split,
 )
 from dse.cost.select import INT_DOMAIN_MAX, divides, pick
 from dse.cost.transformer import (
@@ -79,7 +79,8 @@ TRAIN_INPUTS: tuple[str, ...] = (
     "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts", "top_k",
     "tied_embeddings", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "micro_batch", "global_batch",
     "seq_len", "recompute", "zero", "precision", "attention", "tp_overlap", "dp_overlap", "pp_overlap",
-    "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch",
+    "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch", "pipeline_split", "layers_first_stage",
+    "layers_last_stage",
 )
 
 #: Metric outputs (NaN on configurations that do not divide).
@@ -203,7 +204,8 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     m = B / (d * b)  # micro-batches per step
     T = b * s / c  # tokens per GPU per micro-batch
     resid = T * h / (1.0 + sp * (t - 1.0))  # residual-stream elements per GPU
-    lps = L / p  # layers per stage
+    L_first, L_mid, L_last = stage_layers_split(L, p, v, x["pipeline_split"], x["layers_first_stage"],
+                                                x["layers_last_stage"])
     D = hw["scaleup_gpus"]
 
     # ---- rates ------------------------------------------------------------------------------------------
@@ -303,10 +305,15 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     logits_gemm = roofline_time(gemm_flops(T, V / t, h), gemm_bytes(T, V / t, h, 2.0, 2.0, 2.0), rate16,
                                 mem_rate)
     last_extra = (3.0 * logits_gemm + (K.CROSS_ENTROPY_BYTES * T * V / t + (4.0 + 6.0) * resid) / mem_rate)
+    # the slowest pipeline rank paces the steady state: the first (embedding), the last (logits, loss) or,
+    # with an uneven split, a middle one
+    t_first = L_first * layer_time + first_extra + single * last_extra
+    t_last = L_last * layer_time + last_extra + single * first_extra
+    t_mid = (p > 2) * L_mid * layer_time
+    mid_slowest = ((t_mid > t_first) & (t_mid > t_last)).astype(f64)
+    lps = pick(mid_slowest, L_mid, pick((t_first >= t_last).astype(f64), L_first, L_last))  # its layers
     stage_layers = lps * layer_time
-    t_first = stage_layers + first_extra + single * last_extra
-    t_last = stage_layers + last_extra + single * first_extra
-    extra_slowest = np.maximum(t_first, t_last) - stage_layers
+    extra_slowest = np.maximum(np.maximum(t_first, t_last), t_mid) - stage_layers
 
     # ---- pipeline point-to-point ------------------------------------------------------------------------
     pp_cross = spans_domains(t * c * d, p, D)
@@ -328,19 +335,26 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     p_embed = V * h / t
     # With pp > 1 the first stage holds the embedding and the last the output layer (a copy when tied):
     # one V·h/t matrix each.  With pp = 1 the only stage holds 1 (tied) or 2 (untied).
-    p_stage = lps * p_layer + p_embed * (1.0 + single * untied)
-    p_expert = moe * lps * p_expert_layer
+    # The fullest rank's parameters set the weight, gradient and optimizer memory (with an uneven split it
+    # may be a middle rank); its layer count is lpm.
+    p_first = L_first * p_layer + p_embed * (1.0 + single * untied)
+    p_last = L_last * p_layer + p_embed
+    p_mid = (p > 2) * L_mid * p_layer
+    mid_fullest = ((p_mid > p_first) & (p_mid > p_last)).astype(f64)
+    lpm = pick(mid_fullest, L_mid, pick(((p_first >= p_last) | (p <= 1)).astype(f64), L_first, L_last))
+    p_stage = np.maximum(np.maximum(p_first, (1.0 - single) * p_last), p_mid)
+    p_expert = moe * lpm * p_expert_layer
     p_dense = p_stage - p_expert
     # what the optimizer updates: every weight, or (LoRA / QLoRA) only the adapters, all synced as dense
     # bytes of the weights a GPU holds: 16-bit, or QLoRA's 4-bit layers with 16-bit embeddings and adapters
     if any_peft:
-        p_adapters = lps * adapter_layer
+        p_adapters = lpm * adapter_layer
         p_train = pick(peft, p_adapters, p_stage)
         p_dense_train = pick(peft, p_adapters, p_dense)
         p_expert_train = (1.0 - peft) * p_expert
         weight_stage_bytes = 2.0 * p_stage + peft * 2.0 * p_adapters
         if any_qlora:
-            weight_stage_bytes = pick(qlora, K.QLORA_WEIGHT_BYTES * lps * p_layer + 2.0 * (p_stage - lps * p_layer),
+            weight_stage_bytes = pick(qlora, K.QLORA_WEIGHT_BYTES * lpm * p_layer + 2.0 * (p_stage - lpm * p_layer),
                                       2.0 * p_stage) + peft * 2.0 * p_adapters
     else:
         p_train, p_dense_train, p_expert_train = p_stage, p_dense, p_expert
@@ -350,7 +364,7 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     dpc = d * c
     edp = dpc / e
     dense_links = group_links(t, dpc, hw)
-    expert_links = group_links(t * c * e, edp, hw)
+    expert_links = group_links(t * e, edp, hw)  # expert-data-parallel ranks: dp·cp/ep, skipping the ep ranks
     g_dense, g_expert = GRAD_COMM_BYTES * p_dense_train, GRAD_COMM_BYTES * p_expert_train
     grad_sync = pick(
         z1,
@@ -468,12 +482,15 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     # (selective), or all its activations on top of its stored input (full).
     act_transient = selective * scores + full * (kept + scores - 2.0 * resid)
     logits = logits_bytes(T, V, t)
-    act_first = inflight_layer_microbatches(m, p, v, L) * act_layer + act_transient + single * logits
-    act_last = inflight_layer_microbatches_last_stage(m, p, v, L) * act_layer + act_transient + logits
-    act = np.maximum(act_first, act_last)  # both stages hold p_stage parameters
+    # per rank: the chunk·micro-batches in flight times its layers; first, second (the fullest middle rank) and
+    # last.  Taken with the fullest rank's parameters: an upper bound when they are different ranks.
+    act_first = inflight_chunk_microbatches(m, p, v, 0.0) * L_first * act_layer + act_transient + single * logits
+    act_mid = (p > 2) * (inflight_chunk_microbatches(m, p, v, 1.0) * L_mid * act_layer + act_transient)
+    act_last = inflight_chunk_microbatches(m, p, v, p - 1.0) * L_last * act_layer + act_transient + logits
+    act = np.maximum(np.maximum(act_first, act_last), act_mid)
     weights = weight_bytes(weight_stage_bytes / 2.0, dpc, zero)  # memory.weight_bytes counts 2 bytes each
     if any_stream:
-        weights = pick(off_all, 2.0 * (weight_stage_bytes / lps), weights)  # offloaded: two layers on the GPU
+        weights = pick(off_all, 2.0 * (weight_stage_bytes / lpm), weights)  # offloaded: two layers on the GPU
     grads = gradient_bytes(p_train, dpc, zero)
     optim = optimizer_bytes(p_train, dpc, zero)
     if any_offload:
@@ -496,6 +513,10 @@ def _infeasible_reason(x: dict[str, Array]) -> Array:
     t, p, d, c, e, v = x["tp"], x["pp"], x["dp"], x["cp"], x["ep"], x["vpp"]
     b, B, s = x["micro_batch"], x["global_batch"], x["seq_len"]
     microbatches = B / (d * b)
+    explicit = ~np.isnan(x["layers_first_stage"]) | ~np.isnan(x["layers_last_stage"])
+    emb_split = x["pipeline_split"] == codes.PIPELINE_SPLIT_EMBEDDING_LOSS
+    first, middle, last = stage_layers_split(L, p, v, x["pipeline_split"], x["layers_first_stage"],
+                                             x["layers_last_stage"])
     is_fp8 = (x["precision"] == codes.PRECISION_FP8).astype(L.dtype)
     is_fp4 = (x["precision"] == codes.PRECISION_FP4).astype(L.dtype)
     peak, _ = matmul_rates(is_fp8, is_fp4, x)
@@ -516,7 +537,11 @@ def _infeasible_reason(x: dict[str, Array]) -> Array:
         (R["top_k > experts"], x["top_k"] > x["experts"]),
         (R["heads % tp != 0"], ~divides(t, a)),
         (R["kv_heads % tp != 0"], ~divides(t, g)),
-        (R["layers % (pp*vpp) != 0"], ~divides(p * v, L)),
+        (R["layers % (pp*vpp) != 0"], ~explicit & ~emb_split & ~divides(p * v, L)),
+        (R["(layers+2) % (pp*vpp) != 0 (embedding/loss split)"], ~explicit & emb_split & ~divides(p * v, L + 2.0)),
+        (R["first/last stage layers do not fit the pipeline"], explicit & (
+            (p <= 1) | (first < 0) | (last < 0) | (middle < 0) | ((p > 2) & ~divides(p - 2.0, L - first - last))
+            | ((p == 2) & (first + last != L)))),
         (R["vpp > 1 needs pp > 1"], (v > 1) & (p <= 1)),
         (R["global_batch % (dp*micro_batch) != 0"], ~divides(d * b, B)),
         (R["microbatches % pp != 0 (interleaved schedule)"], (v > 1) & ~divides(p, microbatches)),
