@@ -23,7 +23,7 @@ from dse.spec import SpecError
 
 #: ``dse explain`` options: schema column → type shown in --help.
 EXPLAIN_OPTIONS: dict[str, str] = {
-    "task": "train|infer",
+    "task": "train|infer|serve",
     "model": "catalog name (see `dse models`); or give the dimensions below",
     "layers": "int", "hidden": "int", "heads": "int", "kv_heads": "int", "ffn_hidden": "int", "vocab": "int",
     "mlp": "gelu|swiglu|relu2", "experts": "int", "top_k": "int",
@@ -37,7 +37,8 @@ EXPLAIN_OPTIONS: dict[str, str] = {
     "offload": "none|optimizer|all", "zero3_fetch": "prefetch|on_demand",
     "pipeline_split": "even|embedding_loss", "layers_first_stage": "int", "layers_last_stage": "int",
     "stack": "software stack (README: Case files): its profile fills the knobs not given",
-    "batch": "int", "input_len": "int", "output_len": "int",
+    "batch": "int", "input_len": "int", "output_len": "int", "max_num_tokens": "int",
+    "request_rate": "requests/s offered (serve; empty: maximum load)",
     "kv_precision": "auto|fp16|bf16|fp8|int8|int4",
 }
 
@@ -125,12 +126,20 @@ def cmd_explain(args: argparse.Namespace) -> int:
             raise CliError(f"explain: {origin[key]} {config[key]!r} is not allowed; allowed: "
                            f"{', '.join(CATEGORICAL[key])}")
     task = str(config.get("task", "train")).strip().lower()
-    if task not in ("train", "infer"):
-        raise CliError(f"explain: {origin['task']} {config['task']!r} is not allowed; allowed: train, infer")
+    if task not in ("train", "infer", "serve"):
+        raise CliError(f"explain: {origin['task']} {config['task']!r} is not allowed; allowed: train, infer, serve")
     config["task"] = task
     overrides = _calibration(args)
     row = explain_row(config, overrides)
     _refuse_what_does_not_divide(row, "dp" in config)
+    if task == "serve":
+        from dse.explain import format_explain_serve
+
+        if args.json:
+            print(json.dumps({"configuration_and_outputs": {k: _jsonable(row[k]) for k in row.index}}, indent=2))
+        else:
+            print(format_explain_serve(row))
+        return 0
     if task == "infer":
         ops = inference_op_table(config, overrides) if np.isfinite(float(row["tpot_s"])) else pd.DataFrame()
         if args.json:

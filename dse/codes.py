@@ -63,6 +63,11 @@ ZERO3_FETCH: tuple[str, ...] = ("prefetch", "on_demand")
 #: ``layers_last_stage`` (Megatron num_layers_in_first/last_pipeline_stage, per pipeline rank) override both.
 PIPELINE_SPLIT: tuple[str, ...] = ("even", "embedding_loss")
 PIPELINE_SPLIT_EMBEDDING_LOSS = 1
+#: How a decode step's attention reads the KV cache of a grouped-query (GQA/MQA) model: once per KV head
+#: (XQA, FlashDecoding, FlashInfer) or once per query head (TensorRT-LLM's masked MHA kernel, one thread
+#: block per query head; TensorRT-LLM 0.9/0.10 used it for FP8 compute and wherever its heuristic did not
+#: pick XQA).
+DECODE_KV_READS: tuple[str, ...] = ("per_kv_head", "per_query_head")
 
 #: Reasons a configuration has no answer.  Code 0 means feasible.  The order is the order of the checks:
 #: the first failing check is reported.
@@ -94,6 +99,7 @@ REASONS: tuple[str, ...] = (
     "layers % pp != 0",
     "crosses nodes without scale-out network",
     "exceeds_hbm",
+    "overloaded",
 )
 REASON_CODE: dict[str, int] = {r: i for i, r in enumerate(REASONS)}
 

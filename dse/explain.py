@@ -54,6 +54,15 @@ def explain_row(config: Mapping[str, object], overrides: Overrides | None = None
     ``overrides`` replaces efficiency constants (a ``dse calibrate`` result)."""
     frame = pd.DataFrame([dict(config)])
     frame.attrs["single_configuration"] = True
+    if str(config.get("task", "train")) == "serve":
+        from dse.frame import evaluate_serve
+
+        out = evaluate_serve(frame, source="dse explain", overrides=overrides, with_inputs=True)
+        row = out.iloc[0].copy()
+        row["model"] = config.get("model", "custom model")
+        row["task"] = "serve"
+        row["stack"] = config.get("stack")
+        return row
     if str(config.get("task", "train")) == "infer":
         out = evaluate_infer(frame, source="dse explain", overrides=overrides, with_inputs=True)
         row = out.iloc[0].copy()
@@ -229,4 +238,64 @@ def format_explain_infer(row: pd.Series, ops: pd.DataFrame) -> str:
     lines.append(f"  {'total (with 2 GB runtime reserve)':<40s} {float(row['mem_total_bytes']) / 1e9:12.2f} GB  "
                  f"fits: {'yes' if bool(row['fits']) else 'NO'}")
     lines.append(f"  {'largest batch that fits':<40s} {int(row['max_batch']):12d}")
+    return "\n".join(lines)
+
+
+SERVE_PART_LABELS = {
+    "iter_gemm_ms": "GEMMs (all tokens of the iteration)", "iter_prefill_attention_ms": "prompt attention (causal)",
+    "iter_decode_attention_ms": "decode attention (KV reads)", "iter_elementwise_ms": "norms, activations, KV writes",
+    "iter_tp_comm_ms": "TP all-reduces", "iter_overhead_ms": "per-layer overhead", "iter_logits_ms": "logits",
+    "iter_pp_comm_ms": "pipeline send/recv",
+}
+LIMIT_TEXT = {
+    "batch": "the engine's maximum of concurrent requests (batch)",
+    "kv_memory": "the KV cache that fits in the HBM left after weights and activations",
+    "tokens": "the token budget per iteration (max_num_tokens)",
+    "compute": "the offered load; the iteration is compute-bound (GEMM math)",
+    "bandwidth": "the offered load; the iteration is bandwidth-bound (weights and KV reads)",
+}
+
+
+def format_explain_serve(row: pd.Series) -> str:
+    """One screen for a serving configuration: steady state, binding limit, latencies, iteration breakdown."""
+    from dse.cost.serving import ITERATION_PARTS
+
+    rate = row.get("request_rate")
+    load = "maximum load (every request queued)" if rate is None or pd.isna(rate) else f"{float(rate):g} requests/s"
+    batch = row.get("batch")
+    lines = [
+        f"{row.get('model', 'custom model')}: L={int(row['layers'])} h={int(row['hidden'])} heads={int(row['heads'])} "
+        f"kv_heads={int(row['kv_heads'])} vocab={int(row['vocab'])}",
+        f"serving on {int(row['gpus'])} x {row['system']}: {int(row['dp'])} replica(s) of tp={int(row['tp'])} "
+        f"pp={int(row['pp'])}; precision={row['precision']} kv_precision={row['kv_precision']}; "
+        f"input {int(row['input_len'])} + output {int(row['output_len'])} tokens; engine batch "
+        f"{'unlimited' if batch is None or pd.isna(batch) else int(batch)}, max_num_tokens "
+        f"{'unlimited' if pd.isna(row.get('max_num_tokens')) else int(row['max_num_tokens'])}; {load}"
+        + (f"; stack={row['stack']}" if isinstance(row.get("stack"), str) and row.get("stack") else ""),
+    ]
+    if not np.isfinite(float(row["tpot_s"])):
+        lines.append(f"\nNo steady state: {row['infeasible_reason']}")
+        return "\n".join(lines)
+    lines += ["", "Steady state",
+              f"  {'output tokens/s (deployment)':<40s} {float(row['output_tokens_per_s']):12.1f}",
+              f"  {'output tokens/s per GPU':<40s} {float(row['output_tokens_per_s_per_gpu']):12.1f}",
+              f"  {'requests/s':<40s} {float(row['requests_per_s']):12.3f}",
+              f"  {'concurrent requests (deployment)':<40s} {float(row['concurrency']):12.1f}",
+              f"  {'KV cache capacity (requests per replica)':<40s} {float(row['kv_capacity_requests']):12.0f}",
+              f"  {'KV cache utilization':<40s} {100 * float(row['kv_cache_utilization']):11.1f}%",
+              f"  binding limit: {row['limit']} — {LIMIT_TEXT.get(str(row['limit']), '')}",
+              "", "Latency per request",
+              f"  {'time to first token':<40s} {1e3 * float(row['ttft_s']):12.2f} ms",
+              f"  {'time per output token':<40s} {1e3 * float(row['tpot_s']):12.2f} ms",
+              f"  {'tokens/s per user':<40s} {float(row['tokens_per_s_per_user']):12.1f}",
+              "", f"One iteration of one pipeline stage: {float(row['iteration_ms']):.2f} ms, "
+                  f"{float(row['iteration_tokens']):.0f} tokens"]
+    total = float(row["iteration_ms"])
+    for part in ITERATION_PARTS:
+        v = float(row[part])
+        lines.append(f"  {SERVE_PART_LABELS[part]:<40s} {v:12.3f} ms  {100 * v / total:5.1f} %")
+    lines += ["", "Memory per GPU",
+              f"  {'weights':<40s} {float(row['weights_bytes']) / 1e9:12.2f} GB",
+              f"  {'KV cache in use':<40s} {float(row['kv_cache_bytes']) / 1e9:12.2f} GB",
+              f"  {'total':<40s} {float(row['mem_total_bytes']) / 1e9:12.2f} GB of {float(row['hbm_bytes']) / 1e9:.1f}"]
     return "\n".join(lines)

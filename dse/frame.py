@@ -29,6 +29,7 @@ PARALLEL_COLUMNS = ("gpus", "tp", "pp", "dp", "cp", "ep", "vpp")
 TRAIN_COLUMNS = ("sp", "micro_batch", "global_batch", "seq_len", "recompute", "zero", "precision")
 #: Knobs of this model that the reference schema does not have; a table may add them as columns.
 OPTIONAL_KNOBS = ("attention", "tp_overlap", "dp_overlap", "pp_overlap", "tied_embeddings", "lora_targets", "offload",
+                  "decode_kv_reads",
                   "zero3_fetch", "pipeline_split", "layers_first_stage", "layers_last_stage")
 
 #: Integer columns: (minimum allowed value).
@@ -393,6 +394,85 @@ def evaluate_infer(frame: pd.DataFrame, source: str = "<frame>",
     return out
 
 
+def _named_codes(frame: pd.DataFrame, col: str, vocab: tuple[str, ...], source: str) -> np.ndarray:
+    """Codes of a categorical column outside :data:`CATEGORICAL` (NaN for empty cells)."""
+    raw = frame[col]
+    blank = _blank(raw)
+    names = raw.astype(object).where(~blank, vocab[0]).astype(str).str.strip().str.lower()
+    ok = names.isin(vocab).to_numpy()
+    if not ok.all():
+        pos = int(np.flatnonzero(~ok)[0])
+        raise InputError(f"{_where(source, frame, pos)}, column {col!r}: value {show(raw.iloc[pos])} is not allowed; "
+                         f"allowed: {', '.join(vocab)} (or empty for the default)")
+    out = codes.encode(names.to_numpy(), vocab, key=col).astype(np.float64)
+    out[blank] = np.nan
+    return out
+
+
+def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Checked inputs of the serving model for ``task == 'serve'`` rows: those of :func:`infer_inputs` (with
+    ``batch`` optional: empty = only memory limits the concurrency) plus ``max_num_tokens`` (empty: no token
+    budget), ``request_rate`` (empty: maximum load) and the engine's KV settings from the row's stack."""
+    frame = frame.copy()
+    n = len(frame)
+    batch = frame["batch"] if "batch" in frame.columns else pd.Series([np.nan] * n, index=frame.index)
+    blank_batch = _blank(batch)
+    frame["batch"] = batch.astype(object).where(~blank_batch, 1)
+    x, systems = infer_inputs(frame, source)
+    x["batch"] = np.where(blank_batch, np.nan, x["batch"])
+    empty = pd.Series([np.nan] * n, index=frame.index, dtype=object)
+    work = frame.assign(**{k: frame[k] if k in frame.columns else empty for k in ("max_num_tokens", "request_rate")})
+    x["max_num_tokens"] = _integers(work, "max_num_tokens", source).to_numpy()
+    check_configuration_cells(work[["request_rate"]], source)  # a positive finite number or empty
+    rate = work["request_rate"]
+    x["request_rate"] = pd.to_numeric(rate.where(~_blank(rate), np.nan), errors="coerce").to_numpy(np.float64)
+    x["kv_memory_fraction"] = np.full(n, np.nan)
+    x["kv_block_tokens"] = np.full(n, np.nan)
+    x["decode_kv_reads"] = np.full(n, np.nan)
+    if "decode_kv_reads" in frame.columns:
+        x["decode_kv_reads"] = _named_codes(frame, "decode_kv_reads", codes.DECODE_KV_READS, source)
+    if "stack" in frame.columns:
+        from dse.stacks import profile
+
+        names = frame["stack"].astype(object).where(~_blank(frame["stack"]), "").astype(str).str.strip().str.lower()
+        for stack in [s for s in pd.unique(names) if s]:
+            rows = (names == stack).to_numpy()
+            prof = profile(stack)
+            for key, col in (("kv_memory_fraction", "kv_memory_fraction"), ("kv_block_tokens", "kv_block_tokens"),
+                             ("max_batch", "batch"), ("max_num_tokens", "max_num_tokens"),
+                             ("decode_kv_reads", "decode_kv_reads")):
+                if key in prof:  # the engine's default where the row leaves it empty
+                    value = float(codes.DECODE_KV_READS.index(prof[key])) if key == "decode_kv_reads" else \
+                        float(prof[key])
+                    x[col] = np.where(rows & np.isnan(x[col]), value, x[col])
+    return x, systems
+
+
+def evaluate_serve(frame: pd.DataFrame, source: str = "<frame>",
+                   overrides: dict[tuple[str, str], float] | None = None,
+                   with_inputs: bool = False) -> pd.DataFrame:
+    """Serving outputs (:mod:`dse.cost.serving`) for every row of ``frame`` (same index)."""
+    from dse.cost.serving import LIMITS, SERVE_METRICS, serve_step
+
+    x, sys_codes = serve_inputs(frame, source)
+    hw = hwcat.hardware_columns(sys_codes, overrides)
+    res = serve_step(x, hw)
+    out = pd.DataFrame({k: res[k] for k in SERVE_METRICS}, index=frame.index)
+    limit = res["limit"].astype(np.int64)
+    out["limit"] = np.where(limit >= 0, np.asarray(LIMITS, dtype=object)[np.maximum(limit, 0)], "")
+    out["fits"] = res["fits"].astype(bool)
+    out["infeasible_reason"] = pd.Categorical.from_codes(res["reason"].astype(np.int64),
+                                                         categories=pd.Index(codes.REASONS))
+    if with_inputs:
+        inputs = pd.DataFrame({k: np.asarray(v) for k, v in x.items()}, index=frame.index)
+        for col, vocab in (("mlp", codes.MLP), ("precision", codes.PRECISION), ("kv_precision", codes.KV_PRECISION)):
+            inputs[col] = codes.decode(inputs[col].to_numpy(), vocab)
+        inputs.insert(0, "system", np.asarray(hwcat.system_names(), dtype=object)[sys_codes])
+        inputs["hbm_bytes"] = hw["hbm_bytes"]
+        out = pd.concat([inputs, out], axis=1)
+    return out
+
+
 def evaluate(frame: pd.DataFrame, overrides: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
     """Return ``frame`` with every output column of the cost model added (Python API for notebooks).
 
@@ -405,16 +485,22 @@ def evaluate(frame: pd.DataFrame, overrides: dict[tuple[str, str], float] | None
     frame = frame.copy()
     task = frame["task"].astype(str).str.strip().str.lower() if "task" in frame.columns else \
         pd.Series("train", index=frame.index)
-    bad = ~task.isin(("train", "infer", "nan", ""))
+    bad = ~task.isin(("train", "infer", "serve", "nan", ""))
     if bad.any():
         pos = int(np.flatnonzero(bad.to_numpy())[0])
         raise InputError(f"{_where('<frame>', frame, pos)}, column 'task': value {show(frame['task'].iloc[pos])} is "
-                         "not allowed; allowed: train, infer")
+                         "not allowed; allowed: train, infer, serve")
     is_infer = (task == "infer").to_numpy()
+    is_serve = (task == "serve").to_numpy()
     parts = []
-    if (~is_infer).any():
-        parts.append((evaluate_train(frame.loc[~is_infer], overrides=overrides, with_inputs=True),
+    if (~is_infer & ~is_serve).any():
+        parts.append((evaluate_train(frame.loc[~is_infer & ~is_serve], overrides=overrides, with_inputs=True),
                       (*TRAIN_METRICS, "fits", "infeasible_reason")))
+    if is_serve.any():
+        from dse.cost.serving import SERVE_METRICS
+
+        parts.append((evaluate_serve(frame.loc[is_serve], overrides=overrides, with_inputs=True),
+                      (*SERVE_METRICS, "limit", "fits", "infeasible_reason")))
     if is_infer.any():
         parts.append((evaluate_infer(frame.loc[is_infer], overrides=overrides, with_inputs=True),
                       (*INFER_METRICS, "fits", "infeasible_reason")))

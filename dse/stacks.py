@@ -56,7 +56,8 @@ TRAIN_KNOBS: dict[str, tuple[str, ...]] = {
 }
 #: Settings recorded for the reader (no term in the model) and serving-engine settings.
 RECORDED: dict[str, str] = {"fp8_recipe": "text", "cuda_graphs": "0 or 1"}
-SERVE_KNOBS: dict[str, str] = {"max_batch": "integer", "max_num_tokens": "integer",
+SERVE_KNOBS: dict[str, str] = {"decode_kv_reads": "per_kv_head or per_query_head",
+                               "max_batch": "integer", "max_num_tokens": "integer",
                                "kv_memory_fraction": "number in (0, 1]", "kv_block_tokens": "integer",
                                "chunked_prefill": "0 or 1"}
 SPECIAL = ("auto", "when_vpp")
@@ -80,6 +81,9 @@ def profiles() -> pd.DataFrame:
         if key in TRAIN_KNOBS:
             if value not in TRAIN_KNOBS[key] and value not in SPECIAL:
                 raise ValueError(f"{where}: {key} = {value!r}; allowed: {', '.join(TRAIN_KNOBS[key] + SPECIAL)}")
+        elif key == "decode_kv_reads":
+            if value not in codes.DECODE_KV_READS:
+                raise ValueError(f"{where}: {key} = {value!r}; allowed: {', '.join(codes.DECODE_KV_READS)}")
         elif key not in RECORDED and key not in SERVE_KNOBS:
             raise ValueError(f"{where}: unknown key {key!r}")
         if not row["source"].strip():

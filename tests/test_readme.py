@@ -34,15 +34,16 @@ def _section(start: str, end: str) -> str:
 def test_output_tables_name_every_output_and_nothing_else():
     """Issue 11: the README's output tables match the kernels' output columns."""
     from dse.cost.inference import INFER_METRICS
+    from dse.cost.serving import SERVE_METRICS
     from dse.cost.training import TRAIN_METRICS
     from dse.sweep import COST_COLUMN
 
     table = _section("## Outputs (per configuration)", "## Hardware and efficiency constants")
     named = set(re.findall(r"`([a-z0-9_]+)`", table))
-    for col in (*TRAIN_METRICS, *INFER_METRICS, COST_COLUMN, "fits", "infeasible_reason"):
+    for col in (*TRAIN_METRICS, *INFER_METRICS, *SERVE_METRICS, COST_COLUMN, "fits", "infeasible_reason", "limit"):
         assert col in named, col
     unknown = {c for c in named if c.endswith(("_s", "_ms", "_bytes", "_j", "_usd"))} - {
-        *TRAIN_METRICS, *INFER_METRICS, COST_COLUMN}
+        *TRAIN_METRICS, *INFER_METRICS, *SERVE_METRICS, COST_COLUMN}
     assert not unknown, unknown
 
 

@@ -22,6 +22,7 @@ from dse.frame import (
     InputError,
     check_configuration_cells,
     evaluate_infer,
+    evaluate_serve,
     evaluate_train,
     read_yaml,
 )
@@ -52,7 +53,7 @@ METRIC_TASKS: dict[str, tuple[str, ...]] = {
     "output_tokens_per_s_per_gpu": ("infer", "serve")}
 TASKS = ("train", "infer", "serve")
 #: Tasks the cost model evaluates today; rows of the others are read, checked and reported as skipped.
-MODELLED_TASKS = ("train", "infer")
+MODELLED_TASKS = ("train", "infer", "serve")
 SERVE_NOT_MODELLED = ("task 'serve' (in-flight batching under load) is read and checked but not modelled yet; "
                       "the static-batch 'infer' model does not describe it")
 
@@ -227,6 +228,9 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
         predicted_parts.append(evaluate_train(frame.loc[is_train], source=str(path), overrides=overrides))
     if is_infer.any():
         predicted_parts.append(evaluate_infer(frame.loc[is_infer], source=str(path), overrides=overrides))
+    is_serve = (frame["task"] == "serve").to_numpy()
+    if is_serve.any():
+        predicted_parts.append(evaluate_serve(frame.loc[is_serve], source=str(path), overrides=overrides))
     predicted = pd.concat(predicted_parts) if predicted_parts else pd.DataFrame(index=frame.index)
     results = []
     for pos in range(len(frame)):

@@ -1,0 +1,232 @@
+"""Serving: a steady-state model of an in-flight (continuous) batching engine, as numpy arrays.
+
+An engine replica (tp·pp GPUs; ``dp`` replicas) keeps up to C requests running.  Every iteration it runs one
+forward pass over the decode token of each running request plus a chunk of prompt tokens of requests being
+admitted, under a token budget N (``max_num_tokens``).  A request spends n_pre = ⌈input_len / N⌉ iterations
+in prefill and output_len − 1 in decode (its first output token comes from the prefill).
+
+Steady state, per pipeline micro-batch (pp micro-batches are in flight, each holding C/pp requests):
+
+* X = requests finishing per micro-batch iteration = min(C/pp / (output_len − 1 + n_pre),
+  N / (input_len + output_len − 1)): bounded by the concurrency (Little's law over iterations) or by the
+  token budget;
+* tokens of one iteration M = X·(input_len + output_len − 1): X·input_len prompt tokens, D = X·(output_len − 1)
+  decode tokens;
+* one stage's iteration time t_stage = L/pp · t_layer(M, X, D) + logits + p2p, each op on the same serial
+  roofline as :mod:`dse.cost.inference` (GEMMs over M tokens, causal prompt attention, decode attention
+  reading each running request's KV at the mean context input_len + output_len/2, TP all-reduces, the
+  per-layer overhead once per pass);
+* throughput = X·output_len / t_stage per replica (one micro-batch leaves the last stage every t_stage);
+  a request's token crosses all pp stages: TPOT = pp·t_stage.
+
+Concurrency C: at maximum load (``request_rate`` empty: every request queued at once) the smallest of the
+engine's ``batch`` and the KV capacity — the HBM left after weights, the activations of N tokens and the
+runtime reserve, times the engine's KV memory fraction, over each request's KV at its mean context (paged in
+blocks of ``kv_block_tokens``).  Under a given ``request_rate`` λ it is the fixed point of Little's law,
+C = λ/dp · (TTFT + (output_len − 1)·TPOT), iterated a fixed number of times from the light-load value; a rate
+above what the maximum concurrency serves is the reason ``overloaded``.  TTFT = half an iteration of waiting to
+be admitted + the prefill iterations, each a full pass through the pipeline (queueing beyond admission is not
+modelled: at maximum load it depends on the length of the queue, which is not an input).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from dse import codes
+from dse.cost import constants as K
+from dse.cost.compute import gemm_bytes, gemm_flops
+from dse.cost.inference import DTYPE, INFER_INPUTS, _infer_reason, _layer_gemms, _rates, kv_bytes_per_value, \
+    serial_roofline_time
+from dse.cost.network import allreduce_time, group_links, p2p_time, spans_domains
+from dse.cost.select import pick
+from dse.cost.transformer import expert_params, kv_width, mlp_matrices
+from dse.hardware.catalog import HARDWARE_COLUMNS
+
+Array = Any
+
+SERVE_INPUTS: tuple[str, ...] = (*INFER_INPUTS, "max_num_tokens", "request_rate", "kv_memory_fraction",
+                                 "kv_block_tokens", "decode_kv_reads")
+SERVE_METRICS: tuple[str, ...] = (
+    "output_tokens_per_s", "output_tokens_per_s_per_gpu", "requests_per_s", "ttft_s", "tpot_s",
+    "tokens_per_s_per_user", "concurrency", "kv_cache_utilization", "iteration_ms", "iteration_tokens",
+    "kv_capacity_requests", "weights_bytes", "kv_cache_bytes", "mem_total_bytes", "energy_per_output_token_j",
+    "iter_gemm_ms", "iter_prefill_attention_ms", "iter_decode_attention_ms", "iter_elementwise_ms", "iter_tp_comm_ms",
+    "iter_overhead_ms", "iter_logits_ms", "iter_pp_comm_ms",
+)
+#: The parts of ``iteration_ms`` (one stage's iteration; they sum to it).
+ITERATION_PARTS: tuple[str, ...] = ("iter_gemm_ms", "iter_prefill_attention_ms", "iter_decode_attention_ms",
+                                    "iter_elementwise_ms", "iter_tp_comm_ms", "iter_overhead_ms", "iter_logits_ms",
+                                    "iter_pp_comm_ms")
+#: What binds the steady state (column ``limit``).
+LIMITS: tuple[str, ...] = ("batch", "kv_memory", "tokens", "compute", "bandwidth")
+#: Engine defaults when neither the row nor its stack says: TensorRT-LLM's KV fraction (0.9 of free memory)
+#: and block size (64 tokens; TensorRT-LLM 0.10 release notes), as in the shared serve cases.
+DEFAULT_KV_MEMORY_FRACTION = 0.9
+DEFAULT_KV_BLOCK_TOKENS = 64.0
+#: Fixed-point iterations of Little's law under a given request rate (damped; converges well within this).
+FIXED_POINT_ITERATIONS = 40
+
+
+def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dict[str, Array]:
+    """Evaluate the serving model; ``inputs`` holds :data:`SERVE_INPUTS` (NaN = empty: ``batch`` and
+    ``max_num_tokens`` unlimited, ``request_rate`` maximum load), ``hw`` the hardware columns.  Returns
+    :data:`SERVE_METRICS` (float64, NaN where the configuration has no answer), ``limit`` (code into
+    :data:`LIMITS`), ``fits`` and ``reason``."""
+    names = SERVE_INPUTS + HARDWARE_COLUMNS
+    arrays = np.broadcast_arrays(*[np.asarray(inputs[k], dtype=np.float64) for k in SERVE_INPUTS],
+                                 *[np.asarray(hw[k], dtype=np.float64) for k in HARDWARE_COLUMNS])
+    x = dict(zip(names, arrays, strict=True))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # the static-batch checks, with batch standing in where it is unlimited
+        probe = {**x, "batch": np.where(np.isnan(x["batch"]), 1.0, x["batch"])}
+        reason = _infer_reason({k: v.astype(DTYPE) for k, v in probe.items()}).astype(np.int64)
+        out = _serve(x)
+        ok = reason == 0
+        fits = out.pop("fits")
+        overloaded = out.pop("overloaded")
+        limit = out.pop("limit")
+        reason = np.where(ok & ~fits, codes.REASON_CODE["exceeds_hbm"], reason)
+        reason = np.where(ok & fits & overloaded, codes.REASON_CODE["overloaded"], reason)
+        good = reason == 0
+        nan_mask = np.where(ok, 0.0, np.nan)
+        result = {k: np.asarray(out[k], dtype=np.float64) + nan_mask for k in SERVE_METRICS}
+        for k in SERVE_METRICS:  # no steady state without memory for one request, or above capacity
+            if k not in ("weights_bytes", "kv_capacity_requests", "mem_total_bytes"):
+                result[k] = np.where(good, result[k], np.nan)
+    result["limit"] = np.where(good, limit, -1).astype(np.int16)
+    result["fits"] = good
+    result["reason"] = reason.astype(np.int16)
+    return result
+
+
+def _iteration(x: dict[str, Array], X: Array, rate: Array, act: Array, wb: Array,
+               parts: dict[str, Array] | None = None, X_dec: Array | None = None) -> tuple[Array, Array, Array]:
+    """(t_stage, compute part, memory part) of one micro-batch iteration with the prompt tokens of X requests
+    and the decode tokens of X_dec·(output_len − 1) requests (X_dec = X in steady state); ``parts``, when given,
+    receives the split of t_stage (ms, :data:`ITERATION_PARTS`)."""
+    L, h, a, f, V = x["layers"], x["hidden"], x["heads"], x["ffn_hidden"], x["vocab"]
+    t, p = x["tp"], x["pp"]
+    s_in, s_out = x["input_len"], x["output_len"]
+    d = h / a
+    moe = (x["experts"] > 1) * 1.0
+    kvh = np.maximum(x["kv_heads"] / t, 1.0)
+    kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
+    mem = x["memory_rate"]
+    swiglu = (x["mlp"] == codes.MLP_SWIGLU) * 1.0
+    D = (X if X_dec is None else X_dec) * (s_out - 1.0)  # decode tokens
+    P = X * s_in  # prompt tokens
+    M = P + D
+    gemm = _layer_gemms(M, x, rate, act, wb)
+    attn_pre = K.CAUSAL_FRACTION * 4.0 * X * s_in * s_in * h / t / x["attention_rate"]
+    ctx = s_in + 0.5 * s_out
+    # decode attention reads each KV head once (XQA, FlashDecoding, FlashInfer) or once per query head
+    # (decode_kv_reads = 1: TensorRT-LLM's masked MHA kernel, one thread block per query head)
+    per_q = (x["decode_kv_reads"] == 1) * 1.0
+    read_heads = pick(per_q, np.maximum(a / t, 1.0), kvh)
+    kv_read = D * ctx * 2.0 * read_heads * d * kv_b
+    attn_dec = serial_roofline_time(4.0 * D * ctx * h / t, kv_read, x["attention_rate"], mem)
+    act_bytes = pick(swiglu, K.ACTIVATION_FWD_BYTES_SWIGLU, K.ACTIVATION_FWD_BYTES_2MAT)
+    ew = (K.RESIDUAL_FWD_BYTES * M * h + act_bytes * M * (1.0 + moe * (x["top_k"] - 1.0)) * f / t
+          + M * 2.0 * kvh * d * kv_b) / mem
+    tp = 2.0 * allreduce_time(2.0 * M * h, t, group_links(np.ones_like(t), t, x))
+    layer = gemm + attn_pre + attn_dec + ew + tp + x["layer_overhead_s"]
+    rows = D + X  # logits: every decode token and the last prompt token of each request
+    logits = serial_roofline_time(gemm_flops(rows, V / t, h), gemm_bytes(rows, V / t, h, 2.0, 2.0, 2.0),
+                                  x["infer_matmul_fp16_rate"], mem)
+    p2p = (p > 1) * p2p_time(2.0 * M * h, spans_domains(t, p, x["scaleup_gpus"]), x)
+    t_stage = L / p * layer + logits + p2p
+    if parts is not None:
+        n = L / p * 1e3
+        parts.update({"iter_gemm_ms": n * gemm, "iter_prefill_attention_ms": n * attn_pre,
+                      "iter_decode_attention_ms": n * attn_dec, "iter_elementwise_ms": n * ew,
+                      "iter_tp_comm_ms": n * tp, "iter_overhead_ms": n * x["layer_overhead_s"],
+                      "iter_logits_ms": logits * 1e3, "iter_pp_comm_ms": p2p * 1e3})
+    # what dominates the GEMMs: their math or their operand traffic (for the `limit` column)
+    kvw = kv_width(h, a, x["kv_heads"])
+    n_all = (h + 2.0 * kvw + h + mlp_matrices(x["mlp"]) * f) / t
+    compute = 2.0 * M * n_all * h / rate
+    traffic = n_all * h * wb / mem + kv_read / mem
+    return t_stage, compute, traffic
+
+
+def _serve(x: dict[str, Array]) -> dict[str, Array]:
+    L, h, a, g, f, V = x["layers"], x["hidden"], x["heads"], x["kv_heads"], x["ffn_hidden"], x["vocab"]
+    t, p, dp = x["tp"], x["pp"], x["dp"]
+    s_in, s_out = x["input_len"], x["output_len"]
+    E = x["experts"]
+    moe = (E > 1) * 1.0
+    d = h / a
+    _, rate, act, wb = _rates(x)
+    kvh = np.maximum(g / t, 1.0)
+    kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
+    budget = np.where(np.isnan(x["max_num_tokens"]), np.inf, x["max_num_tokens"])
+    batch_cap = np.where(np.isnan(x["batch"]), np.inf, x["batch"])
+    frac = np.where(np.isnan(x["kv_memory_fraction"]), DEFAULT_KV_MEMORY_FRACTION, x["kv_memory_fraction"])
+    block = np.where(np.isnan(x["kv_block_tokens"]), DEFAULT_KV_BLOCK_TOKENS, x["kv_block_tokens"])
+
+    # ---- memory: weights, activations of one iteration's tokens, KV capacity ----------------------------
+    p_attn = h * (2.0 * h + 2.0 * kv_width(h, a, g)) / t
+    p_layer = p_attn + (1.0 + moe * (E - 1.0)) * expert_params(h, f, x["mlp"]) / t + moe * h * E
+    untied = (x["tied_embeddings"] <= 0) * 1.0
+    single = (p <= 1) * 1.0
+    weights = L / p * p_layer * wb + V * h / t * 2.0 * (1.0 + single * untied)
+    n_fc1 = (mlp_matrices(x["mlp"]) - 1.0) * f / t
+    act_tokens = np.minimum(budget, s_in + s_out)  # the activation buffer is sized for one iteration's tokens
+    activations = act_tokens * (4.0 * h + 2.0 * n_fc1) * 2.0 + act_tokens * V / t * 4.0 / np.maximum(s_in, 1.0)
+    free = x["hbm_bytes"] - weights - activations - K.RUNTIME_RESERVED_BYTES
+    kv_budget = frac * free
+    ctx = s_in + 0.5 * s_out  # mean context of a running request (pages grow as it decodes)
+    pages = np.ceil(ctx / block) * block
+    kv_token = L / p * 2.0 * kvh * d * kv_b  # KV bytes per token on one GPU (its L/pp layers)
+    kv_capacity = np.floor(np.maximum(kv_budget, 0.0) / (kv_token * pages))
+    fits = kv_capacity >= 1.0
+
+    # ---- steady state at maximum concurrency -------------------------------------------------------------
+    c_max = np.maximum(np.minimum(batch_cap, kv_capacity), 1.0)
+    n_pre = np.maximum(np.ceil(s_in / budget), 1.0)
+    life = s_out - 1.0 + n_pre  # iterations a request stays in the batch
+    by_concurrency = c_max / p / life
+    by_budget = budget / (s_in + s_out - 1.0)
+    X_max = np.minimum(by_concurrency, by_budget)
+    t_max, comp_max, traffic_max = _iteration(x, X_max, rate, act, wb)
+    req_capacity = dp * X_max / t_max  # requests/s the deployment serves at most
+
+    # ---- under a given request rate: Little's law, fixed point --------------------------------------------
+    lam = x["request_rate"]
+    offline = np.isnan(lam)
+    lam_r = np.where(offline, 0.0, lam) / dp  # per replica
+    overloaded = ~offline & (lam_r * dp >= req_capacity)
+    X = np.where(offline | overloaded, X_max, np.minimum(lam_r * 1e-3, X_max))
+    t_stage = t_max
+    for _ in range(FIXED_POINT_ITERATIONS):
+        t_stage, _, _ = _iteration(x, X, rate, act, wb)
+        target = np.minimum(lam_r * t_stage, X_max)  # X = requests per stage iteration at rate λ
+        X = np.where(offline | overloaded, X_max, 0.5 * X + 0.5 * target)
+    # a request's own tokens are in the passes that serve it: its decode token in every decode pass, its whole
+    # prompt chunk in its prefill pass (at light load X < 1 the average pass holds a fraction of them)
+    split: dict[str, Array] = {}
+    one_decode = np.maximum(X, 1.0 / np.maximum(s_out - 1.0, 1.0))
+    t_stage, comp, traffic = _iteration(x, X, rate, act, wb, split, X_dec=one_decode)
+    t_prefill, _, _ = _iteration(x, np.maximum(X, 1.0 / n_pre), rate, act, wb, X_dec=X)
+    utilization = np.where(offline | overloaded, 1.0, np.minimum(lam_r * dp / req_capacity, 1.0))
+    tpot = p * t_stage
+    ttft = 0.5 * utilization * t_stage + n_pre * p * t_prefill
+    concurrency = X * p * life  # per replica
+    out_tps = dp * X * s_out / t_stage
+    kv_used = concurrency * pages * kv_token
+    bound = np.where(by_concurrency <= by_budget, np.where(batch_cap <= kv_capacity, 0, 1), 2)
+    limit = np.where(offline, bound, np.where(comp >= traffic, 3, 4))
+    return {
+        "output_tokens_per_s": out_tps, "output_tokens_per_s_per_gpu": out_tps / x["gpus"],
+        "requests_per_s": dp * X / t_stage, "ttft_s": ttft, "tpot_s": tpot, "tokens_per_s_per_user": 1.0 / tpot,
+        "concurrency": dp * concurrency, "kv_cache_utilization": kv_used / np.maximum(kv_budget, 1.0),
+        "iteration_ms": t_stage * 1e3, "iteration_tokens": X * (s_in + s_out - 1.0),
+        "kv_capacity_requests": kv_capacity, "weights_bytes": weights, "kv_cache_bytes": kv_used,
+        "mem_total_bytes": weights + activations + kv_used + K.RUNTIME_RESERVED_BYTES,
+        "energy_per_output_token_j": x["gpus"] * x["tdp_w"] / np.maximum(out_tps, 1e-30),
+        **split, "fits": fits, "overloaded": overloaded, "limit": limit,
+    }
