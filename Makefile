@@ -20,7 +20,8 @@ NAME     = $(basename $(notdir $(SPACE)))
 
 # Main job: sweep the embedded default space into results/default (Parquet), summarize the best layouts, print
 # the speed-vs-cost Pareto front per model and draw the standard figures into results/figures/default (PNG, with
-# each figure's data as Parquet beside it).
+# each figure's data as Parquet beside it); then the serving space (Llama-3.3 70B in-flight batching on four
+# systems): its throughput-vs-interactivity front per system and figures in results/figures/serve-llama3.3-70b.
 run: $(STAMP)
 	rm -rf results/default results/figures/default
 	$(BIN)/dse run spaces/default.yaml -o results/default --jobs $(JOBS)
@@ -28,6 +29,12 @@ run: $(STAMP)
 	$(BIN)/dse pareto results/default --objectives step_time_s:min cost_per_million_tokens_usd:min --by model \
 		--top 6 -o results/figures/default/pareto_time_cost.csv
 	$(BIN)/dse plot results/default -o results/figures/default
+	rm -rf results/serve-llama3.3-70b results/figures/serve-llama3.3-70b
+	$(BIN)/dse run spaces/serve-llama3.3-70b.yaml -o results/serve-llama3.3-70b --jobs $(JOBS)
+	$(BIN)/dse pareto results/serve-llama3.3-70b --objectives tokens_per_s_per_user:max \
+		output_tokens_per_s_per_gpu:max --by system --top 5 \
+		-o results/figures/serve-llama3.3-70b/serving_frontier.csv
+	$(BIN)/dse plot results/serve-llama3.3-70b -o results/figures/serve-llama3.3-70b
 
 # Any space: make sweep SPACE=spaces/llama3-70b-h100.yaml JOBS=2 (resumes an interrupted run of the same spec).
 sweep: $(STAMP)
@@ -39,6 +46,8 @@ sweep: $(STAMP)
 figures: $(STAMP)
 	test -f results/default/_spec.yaml || $(BIN)/dse run spaces/default.yaml -o results/default --jobs $(JOBS)
 	$(BIN)/dse plot results/default -o results/figures/default
+	test -f results/serve-llama3.3-70b/_spec.yaml || $(BIN)/dse run spaces/serve-llama3.3-70b.yaml -o results/serve-llama3.3-70b --jobs $(JOBS)
+	$(BIN)/dse plot results/serve-llama3.3-70b -o results/figures/serve-llama3.3-70b
 	$(BIN)/python -m dse.studies -o results/figures/studies
 
 # The model against every measured case in shared/reference.

@@ -8,13 +8,15 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from dse.cost.inference import INFER_METRICS
+from dse.cost.serving import SERVE_METRICS
 from dse.dataset import DatasetError, read_spec_file, verified_parts
 from dse.cost.training import TRAIN_METRICS
 from dse.spec import SpecError
 from dse.sweep import COST_COLUMN
 
 HIGH_IS_BETTER = ("tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu",
-                  "output_tokens_per_s", "output_tokens_per_s_per_gpu", "max_batch")
+                  "output_tokens_per_s", "output_tokens_per_s_per_gpu", "max_batch", "requests_per_s",
+                  "tokens_per_s_per_user", "concurrency")
 
 
 def load(path: str | Path, columns: list[str] | None = None) -> pd.DataFrame:
@@ -39,8 +41,8 @@ def format_info(path: str | Path, metric: str = "step_time_s", top: int = 10, by
     if not parts:
         return "\n".join(lines)
     schema = pq.read_schema(parts[0])
-    metrics = {*TRAIN_METRICS, *INFER_METRICS, COST_COLUMN}
-    inputs = [c for c in schema.names if c not in metrics and c not in ("point", "fits", "infeasible_reason")]
+    metrics = {*TRAIN_METRICS, *INFER_METRICS, *SERVE_METRICS, COST_COLUMN}
+    inputs = [c for c in schema.names if c not in metrics and c not in ("point", "fits", "infeasible_reason", "limit")]
     if metric not in schema.names:
         raise SpecError(f"--metric: value {metric!r} is not a column of {root}; allowed: "
                         f"{', '.join(c for c in schema.names if c in metrics)}")

@@ -92,6 +92,9 @@ QUANTITIES: dict[str, tuple[str, str, float]] = {
     "output_tokens_per_s_per_gpu": ("output throughput", "tokens/s per GPU", 1.0),
     "kv_cache_bytes": ("KV cache per GPU", "GB", 1e-9),
     "batch": ("batch", "requests", 1.0),
+    "tokens_per_s_per_user": ("interactivity", "tokens/s per user", 1.0),
+    "requests_per_s": ("request throughput", "requests/s", 1.0),
+    "concurrency": ("concurrent requests", "", 1.0),
     "input_len": ("input length", "tokens", 1.0),
     "output_len": ("output length", "tokens", 1.0),
 }
@@ -835,6 +838,9 @@ def draw_standard_figures(results_dir: str | Path, out_dir: str | Path, model: s
     scope = f" — {models[0]}" if len(models) == 1 else ""
     by_ms = ["model", "system"]
     facet = "model" if len(models) > 1 else None
+    if "tokens_per_s_per_user" in frame.columns:  # a serving sweep (task: serve)
+        _serving_figures(frame, out, emit, scope, facet)
+        return written
     if "e2e_latency_s" in frame.columns:  # an inference sweep (task: infer)
         _inference_figures(frame, out, emit, scope, facet)
         return written
@@ -918,3 +924,22 @@ def _inference_figures(frame: pd.DataFrame, out: Path, emit: Any, scope: str, fa
         emit(data, draw_scaling(data, "output_tokens_per_s_per_gpu", "batch", out / "scaling_batch.png",
                                 hue="system", facet=facet,
                                 title=f"Best output throughput vs batch (highest over all layouts){scope}"))
+
+
+def _serving_figures(frame: pd.DataFrame, out: Path, emit: Any, scope: str, facet: str | None) -> None:
+    """Standard figures of a serving sweep (``task: serve``):
+
+    * ``pareto_throughput_interactivity.png``: output tokens/s per GPU (max) against tokens/s per user (max),
+      one front per system — the throughput each level of interactivity costs (the standard serving answer);
+    * ``scaling_batch.png`` (>= 2 engine batch sizes): the best output tokens/s per GPU per batch and system.
+    """
+    objs = ["tokens_per_s_per_user:max", "output_tokens_per_s_per_gpu:max"]
+    data = pareto_data(frame, objs, by=["model", "system"])
+    emit(data, draw_pareto(data, objs, out / "pareto_throughput_interactivity.png", facet=facet, hue="system",
+                           title=f"Serving frontier: output throughput per GPU vs tokens/s per user (one front per "
+                                 f"system){scope}", logx=True, logy=True))
+    if "batch" in frame.columns and frame["batch"].nunique() >= 2:
+        data = scaling_data(frame, "output_tokens_per_s_per_gpu", x="batch", by=["model", "system"])
+        emit(data, draw_scaling(data, "output_tokens_per_s_per_gpu", "batch", out / "scaling_batch.png",
+                                hue="system", facet=facet,
+                                title=f"Best output throughput vs engine batch (highest over all layouts){scope}"))

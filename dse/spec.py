@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from dse.codes import KV_PRECISION, PRECISION
+from dse.codes import DECODE_KV_READS, KV_PRECISION, PRECISION
 from dse.cost.inference import INFER_METRICS
+from dse.cost.serving import SERVE_METRICS
 from dse.cost.select import INT_DOMAIN_MAX
 from dse.cost.training import TRAIN_METRICS
 from dse.defaults import CATEGORICAL
@@ -99,12 +100,24 @@ class TaskKeys:
     filter_outputs: tuple[str, ...]
 
 
+#: Serving sweeps (``task: serve``): engine limits and the offered load besides the layout and request shape.
+SERVE_INT_AXES: dict[str, tuple[int, int | None]] = {**INFER_INT_AXES, "max_num_tokens": (1, None)}
+#: Positive real axes (any task that has them).
+FLOAT_AXES = ("request_rate",)
+SERVE_CAT_AXES: dict[str, tuple[str, ...]] = {**INFER_CAT_AXES, "decode_kv_reads": DECODE_KV_READS,
+                                              "stack": stack_names()}
+SERVE_GRID_KEYS = ("model", "system", *SERVE_INT_AXES, *FLOAT_AXES, *SERVE_CAT_AXES)
+SERVE_REQUIRED_GRID_KEYS = ("model", "system", "input_len", "output_len")
+
 TASKS: dict[str, TaskKeys] = {
     "train": TaskKeys({**INT_AXES, **TECH_INT_AXES}, CAT_AXES, (*GRID_KEYS, *TECH_CAT_AXES, *TECH_INT_AXES),
                       REQUIRED_GRID_KEYS, FILTER_INPUT_COLUMNS, FILTER_OUTPUT_COLUMNS),
     "infer": TaskKeys({**INFER_INT_AXES, **TECH_INT_AXES}, INFER_CAT_AXES,
                       (*INFER_GRID_KEYS, *TECH_CAT_AXES, *TECH_INT_AXES), INFER_REQUIRED_GRID_KEYS,
                       (*INFER_GRID_KEYS, "gpus", *MODEL_DIMENSIONS), (*INFER_METRICS, "fits")),
+    "serve": TaskKeys({**SERVE_INT_AXES, **TECH_INT_AXES}, SERVE_CAT_AXES,
+                      (*SERVE_GRID_KEYS, *TECH_CAT_AXES, *TECH_INT_AXES), SERVE_REQUIRED_GRID_KEYS,
+                      (*SERVE_GRID_KEYS, "gpus", *MODEL_DIMENSIONS), (*SERVE_METRICS, "fits")),
 }
 
 
@@ -229,6 +242,22 @@ def _int_values(path: str, key: str, raw: object, lo: int, hi: int | None) -> li
         if v < lo or (hi is not None and v > hi):
             raise _err(path, key, v, allowed)
         out.append(v)
+    if len(set(out)) != len(out):
+        raise _err(path, key, raw, "distinct values (a value appears twice)")
+    return out
+
+
+def _float_values(path: str, key: str, raw: object) -> list[float]:
+    """Positive finite numbers of a real axis (one value or a non-empty list of distinct values)."""
+    values = raw if isinstance(raw, list) else [raw]
+    allowed = "positive finite numbers (requests/s), as one value or a non-empty list"
+    if not values:
+        raise _err(path, key, raw, allowed)
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise _err(path, key, v, allowed)
+        out.append(float(v))
     if len(set(out)) != len(out):
         raise _err(path, key, raw, "distinct values (a value appears twice)")
     return out
@@ -499,6 +528,10 @@ def _subgrid(path: str, key: str, raw: object, model_names: tuple[str, ...],
             codes = _name_values(path, akey, value, vocab)
             axes.append(Axis(name, np.asarray(codes, dtype=np.float64), vocab))
             resolved[name] = [vocab[c] for c in codes]
+        elif name in FLOAT_AXES:
+            reals = _float_values(path, akey, value)
+            axes.append(Axis(name, np.asarray(reals, dtype=np.float64)))
+            resolved[name] = reals
         elif name in keys.cat_axes:
             vocab = keys.cat_axes[name]
             codes = _name_values(path, akey, value, vocab)

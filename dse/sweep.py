@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from dse import codes
 from dse.cost.inference import INFER_INPUTS, INFER_METRICS, infer_step
+from dse.cost.serving import LIMITS, SERVE_INPUTS, SERVE_METRICS, serve_step
 from dse.cost.select import INT_DOMAIN_MAX
 from dse.cost.training import DTYPE, TRAIN_INPUTS, TRAIN_METRICS, train_step
 from dse.defaults import CATEGORICAL, fill_defaults
@@ -30,7 +31,11 @@ INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp",
 INFER_INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "batch", "input_len", "output_len",
                        "precision", "kv_precision")
 SMALL_INT_COLUMNS = ("sp", "zero", "dp_overlap", "pp_overlap")
-CATEGORY_COLUMNS = {**CATEGORICAL, "kv_precision": codes.KV_PRECISION, "stack": stack_names()}
+CATEGORY_COLUMNS = {**CATEGORICAL, "kv_precision": codes.KV_PRECISION, "stack": stack_names(),
+                    "decode_kv_reads": codes.DECODE_KV_READS}
+SERVE_INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "batch", "input_len", "output_len",
+                       "max_num_tokens", "request_rate", "precision", "kv_precision", "decode_kv_reads", "stack")
+FLOAT_INPUT_COLUMNS = ("request_rate",)
 
 
 def tech_columns(spec: Spec) -> tuple[str, ...]:
@@ -45,6 +50,8 @@ COST_COLUMN = "cost_per_million_tokens_usd"
 
 def task_columns(spec: Spec) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(input columns, metric columns) of a sweep's rows."""
+    if spec.task == "serve":
+        return (*SERVE_INPUT_COLUMNS, *tech_columns(spec)), (*SERVE_METRICS, COST_COLUMN)
     if spec.task == "infer":
         return (*INFER_INPUT_COLUMNS, *tech_columns(spec)), (*INFER_METRICS, COST_COLUMN)
     return (*INPUT_COLUMNS, *tech_columns(spec)), (*TRAIN_METRICS, COST_COLUMN)
@@ -57,6 +64,8 @@ def cost_per_million_tokens(spec: Spec, systems: np.ndarray, x: dict[str, np.nda
     if not len(spec.prices) or np.isnan(spec.prices).all():
         return np.full(len(systems), np.nan, dtype=DTYPE)  # no price: no cost
     price = spec.prices[systems]
+    if spec.task == "serve":  # per million output tokens at the steady-state throughput
+        return price * x["gpus"] / 3600.0 / out["output_tokens_per_s"] * 1e6
     if spec.task == "infer":
         hours, tokens = out["e2e_latency_s"] / 3600.0, x["dp"] * x["batch"] * x["output_len"]
     else:
@@ -77,9 +86,13 @@ def schema(spec: Spec) -> pa.Schema:
             fields.append(pa.field(col, pa.dictionary(pa.int16(), pa.string())))
         elif col in SMALL_INT_COLUMNS:
             fields.append(pa.field(col, pa.int8()))
+        elif col in FLOAT_INPUT_COLUMNS:
+            fields.append(pa.field(col, pa.float32()))
         else:
             fields.append(pa.field(col, pa.int32()))
     fields += [pa.field(m, pa.float32()) for m in metrics]
+    if spec.task == "serve":
+        fields.append(pa.field("limit", pa.dictionary(pa.int8(), pa.string())))
     fields += [pa.field("fits", pa.bool_()), pa.field("infeasible_reason", pa.dictionary(pa.int8(), pa.string()))]
     return pa.schema(fields)
 
@@ -89,12 +102,19 @@ def kernel_inputs(spec: Spec, cols: dict[str, np.ndarray]) -> tuple[dict[str, np
     n = len(cols["point"])
     model = cols["model"].astype(np.int64)
     x: dict[str, np.ndarray] = {k: spec.model_table[k].astype(DTYPE)[model] for k in MODEL_KEYS}
-    names = INFER_INPUTS if spec.task == "infer" else TRAIN_INPUTS
+    names = SERVE_INPUTS if spec.task == "serve" else INFER_INPUTS if spec.task == "infer" else TRAIN_INPUTS
     for key in names:
         if key in x:
             continue
         x[key] = cols[key].copy() if key in cols else np.full(n, np.nan, dtype=DTYPE)
-    if spec.task == "infer":
+    if spec.task == "serve":
+        for key, default in (("tp", 1.0), ("pp", 1.0), ("dp", 1.0), ("kv_precision", float(codes.KV_AUTO)),
+                             ("precision", float(codes.PRECISION_BF16))):
+            x[key] = np.where(np.isnan(x[key]), default, x[key]).astype(DTYPE)
+        x["gpus"] = (x["tp"] * x["pp"] * x["dp"]).astype(DTYPE)
+        x["stack"] = cols["stack"] if "stack" in cols else np.full(n, np.nan, dtype=DTYPE)
+        _fill_serving_from_stack(x)
+    elif spec.task == "infer":
         for key, default in (("tp", 1.0), ("pp", 1.0), ("dp", 1.0), ("kv_precision", float(codes.KV_AUTO)),
                              ("precision", float(codes.PRECISION_BF16))):
             x[key] = np.where(np.isnan(x[key]), default, x[key]).astype(DTYPE)
@@ -105,6 +125,25 @@ def kernel_inputs(spec: Spec, cols: dict[str, np.ndarray]) -> tuple[dict[str, np
             _fill_from_stack(x, cols["stack"])
         fill_defaults(x)
     return x, cols["system"].astype(np.int64)
+
+
+def _fill_serving_from_stack(x: dict[str, np.ndarray]) -> None:
+    """Engine settings a point leaves empty take its stack's defaults (batch, max_num_tokens, KV fraction and
+    block, decode KV reads); without a stack they stay empty (the serving model's defaults)."""
+    from dse.stacks import profile
+
+    has = ~np.isnan(x["stack"])
+    code = np.where(has, x["stack"], 0).astype(np.int64)
+    names = stack_names()
+    for key, col in (("max_batch", "batch"), ("max_num_tokens", "max_num_tokens"),
+                     ("kv_memory_fraction", "kv_memory_fraction"), ("kv_block_tokens", "kv_block_tokens"),
+                     ("decode_kv_reads", "decode_kv_reads")):
+        table = np.full(len(names), np.nan)
+        for i, stack in enumerate(names):
+            value = profile(stack).get(key)
+            if value is not None:
+                table[i] = float(codes.DECODE_KV_READS.index(value)) if key == "decode_kv_reads" else float(value)
+        x[col] = np.where(np.isnan(x[col]) & has, np.where(has, table[code], np.nan), x[col]).astype(x[col].dtype)
 
 
 def _fill_from_stack(x: dict[str, np.ndarray], stack: np.ndarray) -> None:
@@ -157,7 +196,10 @@ def _evaluate_batch(spec: Spec, grid: Grid, start: int, stop: int, feasible_only
         systems, points, model = systems[idx], cols["point"][idx], cols["model"][idx]
     else:
         points, model = cols["point"], cols["model"]
-    out = infer_step(x, hw) if spec.task == "infer" else train_step(x, hw, out_dtype=DTYPE)
+    if spec.task == "serve":
+        out = serve_step(x, hw)
+    else:
+        out = infer_step(x, hw) if spec.task == "infer" else train_step(x, hw, out_dtype=DTYPE)
     out[COST_COLUMN] = cost_per_million_tokens(spec, systems, x, out)
     keep = np.ones(len(points), dtype=bool)
     reason = out["reason"]
@@ -220,10 +262,15 @@ def _table(spec: Spec, points: np.ndarray, model: np.ndarray, systems: np.ndarra
             arrays.append(_dictionary(x[col], CATEGORY_COLUMNS[col], pa.int16()))
         elif col in TECH_CAT_AXES:
             arrays.append(_dictionary(x[col], tech_vocabulary(col), pa.int16()))
+        elif col in FLOAT_INPUT_COLUMNS:
+            arrays.append(pa.array(x[col].astype(np.float32), mask=np.isnan(x[col])))
         else:
             arrays.append(_integer_array(x[col], sch.field(col).type))
     for m in metrics:
         arrays.append(pa.array(out[m].astype(np.float32)))
+    if spec.task == "serve":
+        limit = out["limit"].astype(np.float64)
+        arrays.append(_dictionary(np.where(limit < 0, np.nan, limit), LIMITS, pa.int8()))
     arrays.append(pa.array(out["fits"]))
     arrays.append(_dictionary(out["reason"], codes.REASONS, pa.int8()))
     return pa.Table.from_arrays(arrays, schema=sch)

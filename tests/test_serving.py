@@ -111,3 +111,56 @@ def test_held_out_tensorrt_llm_1_0_llama33_70b():
     assert summary["n"] == 42 and summary["mape_pct"] <= 15.0
     hopper = [abs(r.error_pct) for r in results if "h100" in r.case or "h200" in r.case]
     assert max(hopper) <= 16.0
+
+
+SPACE = {"name": "s", "task": "serve", "grid": {
+    "model": "llama3.3-70b", "system": ["h100-sxm-80gb", "b200"], "tp": [2, 4], "batch": [16, 256],
+    "input_len": 1000, "output_len": 1000, "precision": ["fp8"], "request_rate": [0.5, 4.0, 1000.0],
+    "stack": "tensorrt-llm-1.0"}, "constraints": {"divisible": False}}
+
+
+def test_serve_sweep_rows_equal_the_table_path():
+    """One code path: a serve sweep's rows are what dse.evaluate gives for the same configurations."""
+    from dse.grid import Grid
+    from dse.spec import resolve_spec
+    from dse.sweep import evaluate_points
+
+    spec = resolve_spec(SPACE, "<test>")
+    swept = evaluate_points(spec, Grid(spec), 0, spec.size).to_pandas()
+    assert len(swept) == spec.size and (swept["infeasible_reason"] == "overloaded").any()
+    table = evaluate(swept[["model", "system", "tp", "batch", "input_len", "output_len", "precision", "request_rate",
+                            "stack"]].astype(object).assign(task="serve"))
+    ok = swept["fits"].to_numpy()
+    np.testing.assert_allclose(swept.loc[ok, "output_tokens_per_s_per_gpu"],
+                               table.loc[ok, "output_tokens_per_s_per_gpu"], rtol=2e-3)
+    assert list(swept["infeasible_reason"].astype(str)) == list(table["infeasible_reason"].astype(str))
+
+
+@pytest.mark.parametrize("grid,fragment", [
+    ({"request_rate": -2.0}, "request_rate"),
+    ({"request_rate": "fast"}, "request_rate"),
+    ({"max_num_tokens": 0}, "max_num_tokens"),
+    ({"global_batch": 64}, "global_batch"),
+    ({"stack": "vllm-9"}, "stack"),
+    ({"decode_kv_reads": "sometimes"}, "decode_kv_reads"),
+])
+def test_malformed_serve_specs_exit_2(tmp_path, capsys, grid, fragment):
+    import yaml
+
+    spec = {**SPACE, "grid": {**SPACE["grid"], **grid}}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["run", str(path), "-o", str(tmp_path / "out")]) == 2
+    assert fragment in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_serving_space_plots_its_frontier(tmp_path):
+    from pathlib import Path
+
+    from dse.plots import draw_standard_figures
+
+    space = Path(__file__).resolve().parents[1] / "spaces" / "serve-llama3.3-70b.yaml"
+    assert main(["run", str(space), "-o", str(tmp_path / "res"), "--jobs", "1", "-q"]) == 0
+    written = draw_standard_figures(tmp_path / "res", tmp_path / "fig")
+    assert (tmp_path / "fig" / "pareto_throughput_interactivity.png") in written

@@ -150,7 +150,8 @@ CORPUS: dict[str, Bad] = {
     "error_in_second_subgrid": Bad(dump({"name": "tiny", "grids": [base_grid(), base_grid(tp=[4, 3.0])]}),
                                    key=("grids[1].tp",), value=("3.0",), allowed=("integers >= 1",)),
     # ---- name, task ---------------------------------------------------------------------------------------
-    "task_unknown": Bad(spec_text(task="serve"), key=("task",), value=("'serve'",), allowed=("train, infer",)),
+    "task_unknown": Bad(spec_text(task="finetune"), key=("task",), value=("'finetune'",),
+                        allowed=("train, infer, serve",)),
     "training_key_in_inference_grid": Bad(spec_text(task="infer"), key=("grid",),
                                           allowed=("task 'infer'", "batch, input_len, output_len")),
     "name_escapes_results": Bad(spec_text(name="../x"), key=("name",), value=("'../x'",),
