@@ -363,6 +363,7 @@ def infer_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     for key, default in fill.items():
         x[key] = np.where(np.isnan(x[key]), default, x[key])
     x["gpus"] = np.where(np.isnan(x["gpus"]), x["tp"] * x["pp"] * x["dp"], x["gpus"])
+    x["decode_kv_reads"] = _decode_kv_reads(frame, source)
     tied = tied_embeddings_default(frame, x)
     x["tied_embeddings"] = np.where(np.isnan(x["tied_embeddings"]), tied, x["tied_embeddings"])
     for key, name in (("mlp", "gelu"), ("precision", "bf16")):
@@ -392,6 +393,23 @@ def evaluate_infer(frame: pd.DataFrame, source: str = "<frame>",
         inputs["hbm_bytes"] = hw["hbm_bytes"]
         out = pd.concat([inputs, out], axis=1)
     return out
+
+
+def _decode_kv_reads(frame: pd.DataFrame, source: str) -> np.ndarray:
+    """``decode_kv_reads`` codes: the row's value, else its stack's, else per KV head (0)."""
+    n = len(frame)
+    out = _named_codes(frame, "decode_kv_reads", codes.DECODE_KV_READS, source) if "decode_kv_reads" in \
+        frame.columns else np.full(n, np.nan)
+    if "stack" in frame.columns:
+        from dse.stacks import profile
+
+        names = frame["stack"].astype(object).where(~_blank(frame["stack"]), "").astype(str).str.strip().str.lower()
+        for stack in [s for s in pd.unique(names) if s]:
+            value = profile(stack).get("decode_kv_reads")
+            if value is not None:
+                rows = (names == stack).to_numpy()
+                out = np.where(rows & np.isnan(out), float(codes.DECODE_KV_READS.index(value)), out)
+    return np.where(np.isnan(out), 0.0, out)
 
 
 def _named_codes(frame: pd.DataFrame, col: str, vocab: tuple[str, ...], source: str) -> np.ndarray:
@@ -428,9 +446,7 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     x["request_rate"] = pd.to_numeric(rate.where(~_blank(rate), np.nan), errors="coerce").to_numpy(np.float64)
     x["kv_memory_fraction"] = np.full(n, np.nan)
     x["kv_block_tokens"] = np.full(n, np.nan)
-    x["decode_kv_reads"] = np.full(n, np.nan)
-    if "decode_kv_reads" in frame.columns:
-        x["decode_kv_reads"] = _named_codes(frame, "decode_kv_reads", codes.DECODE_KV_READS, source)
+    # (decode_kv_reads: filled by infer_inputs from the row or its stack)
     if "stack" in frame.columns:
         from dse.stacks import profile
 

@@ -85,8 +85,10 @@ def infer_step(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dict[s
     """Evaluate the inference model; ``inputs`` holds :data:`INFER_INPUTS` (codes for categoricals), ``hw`` the
     hardware columns.  Returns :data:`INFER_METRICS` (float64; NaN where the configuration does not divide)
     plus ``fits`` and ``reason``."""
-    names = INFER_INPUTS + HARDWARE_COLUMNS
+    names = (*INFER_INPUTS, "decode_kv_reads", *HARDWARE_COLUMNS)
+    reads = inputs["decode_kv_reads"] if "decode_kv_reads" in inputs else 0.0  # optional (default per KV head)
     arrays = np.broadcast_arrays(*[np.asarray(inputs[k], dtype=DTYPE) for k in INFER_INPUTS],
+                                 np.asarray(reads, dtype=DTYPE),
                                  *[np.asarray(hw[k], dtype=DTYPE) for k in HARDWARE_COLUMNS])
     x = dict(zip(names, arrays, strict=True))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -168,7 +170,9 @@ def _infer(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one form
     # ---- decode: one token per request, at the mean context ----------------------------------------------
     ctx = s_in + 0.5 * s_out
     dec_gemm = _layer_gemms(b, x, rate, act, wb)
-    kv_read = b * ctx * 2.0 * kv_heads_gpu * d * kv_b
+    # once per KV head, or once per query head (decode_kv_reads = 1: TensorRT-LLM <= 0.10 masked MHA)
+    read_heads = pick((x["decode_kv_reads"] == 1) * 1.0, np.maximum(a / t, 1.0), kv_heads_gpu)
+    kv_read = b * ctx * 2.0 * read_heads * d * kv_b
     dec_attn = serial_roofline_time(4.0 * b * ctx * h / t, kv_read + 4.0 * b * h / t * 2.0, x["attention_rate"], mem)
     dec_ew = (K.RESIDUAL_FWD_BYTES * b * h + act_bytes * b * f / t + b * 2.0 * kv_heads_gpu * d * kv_b) / mem
     dec_tp = 2.0 * allreduce_time(2.0 * b * h, t, tp_links)
