@@ -37,7 +37,8 @@ EXPLAIN_OPTIONS: dict[str, str] = {
     "offload": "none|optimizer|all", "zero3_fetch": "prefetch|on_demand",
     "pipeline_split": "even|embedding_loss", "layers_first_stage": "int", "layers_last_stage": "int",
     "stack": "software stack (README: Case files): its profile fills the knobs not given",
-    "batch": "int", "input_len": "int", "output_len": "int", "max_num_tokens": "int",
+    "batch": "int", "input_len": "int", "output_len": "int", "max_num_tokens": "int", "prefill_gpus": "int",
+    "prefill_tp": "int",
     "request_rate": "requests/s offered (serve; empty: maximum load)",
     "kv_precision": "auto|fp16|bf16|fp8|int8|int4",
 }

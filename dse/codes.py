@@ -100,6 +100,7 @@ REASONS: tuple[str, ...] = (
     "crosses nodes without scale-out network",
     "exceeds_hbm",
     "overloaded",
+    "prefill pool does not divide",
 )
 REASON_CODE: dict[str, int] = {r: i for i, r in enumerate(REASONS)}
 

@@ -250,6 +250,8 @@ SERVE_PART_LABELS = {
 LIMIT_TEXT = {
     "batch": "the engine's maximum of concurrent requests (batch)",
     "kv_memory": "the KV cache that fits in the HBM left after weights and activations",
+    "prefill_pool": "the prefill pool's capacity (disaggregated)",
+    "kv_transfer": "the link that carries the KV cache from the prefill to the decode pool",
     "tokens": "the token budget per iteration (max_num_tokens)",
     "compute": "the offered load; the iteration is compute-bound (GEMM math)",
     "bandwidth": "the offered load; the iteration is bandwidth-bound (weights and KV reads)",
@@ -273,6 +275,12 @@ def format_explain_serve(row: pd.Series) -> str:
         f"{'unlimited' if pd.isna(row.get('max_num_tokens')) else int(row['max_num_tokens'])}; {load}"
         + (f"; stack={row['stack']}" if isinstance(row.get("stack"), str) and row.get("stack") else ""),
     ]
+    pre = row.get("prefill_gpus")
+    if pre is not None and not pd.isna(pre):
+        lines.append(f"disaggregated: prefill pool {int(pre)} GPUs in replicas of tp={int(row['prefill_tp'])}; "
+                     f"decode pool {int(row['tp']) * int(row['pp']) * int(row['dp'])} GPUs (the layout above)"
+                     + (f"; KV transfer {1e3 * float(row['kv_transfer_s']):.2f} ms per request"
+                        if np.isfinite(float(row["kv_transfer_s"])) else ""))
     if not np.isfinite(float(row["tpot_s"])):
         lines.append(f"\nNo steady state: {row['infeasible_reason']}")
         return "\n".join(lines)

@@ -29,7 +29,7 @@ PARALLEL_COLUMNS = ("gpus", "tp", "pp", "dp", "cp", "ep", "vpp")
 TRAIN_COLUMNS = ("sp", "micro_batch", "global_batch", "seq_len", "recompute", "zero", "precision")
 #: Knobs of this model that the reference schema does not have; a table may add them as columns.
 OPTIONAL_KNOBS = ("attention", "tp_overlap", "dp_overlap", "pp_overlap", "tied_embeddings", "lora_targets", "offload",
-                  "decode_kv_reads",
+                  "decode_kv_reads", "prefill_gpus", "prefill_tp",
                   "zero3_fetch", "pipeline_split", "layers_first_stage", "layers_last_stage")
 
 #: Integer columns: (minimum allowed value).
@@ -38,7 +38,7 @@ INTEGER_MIN: dict[str, int] = {
     "top_k": 1, "gpus": 1, "tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": 1,
     "global_batch": 1, "seq_len": 1, "sp": 0, "zero": 0, "dp_overlap": 0, "pp_overlap": 0,
     "tied_embeddings": 0, "batch": 1, "input_len": 1, "output_len": 0, "lora_rank": 1, "max_num_tokens": 1,
-    "layers_first_stage": 0, "layers_last_stage": 0,
+    "layers_first_stage": 0, "layers_last_stage": 0, "prefill_gpus": 1, "prefill_tp": 1,
 }
 INTEGER_MAX: dict[str, int] = {"sp": 1, "zero": 3, "dp_overlap": 1, "pp_overlap": 1, "tied_embeddings": 1}
 #: Every other integer column: at most INT_DOMAIN_MAX (2^24 − 1, the float32 kernels' exact range; see
@@ -447,6 +447,11 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     x["kv_memory_fraction"] = np.full(n, np.nan)
     x["kv_block_tokens"] = np.full(n, np.nan)
     # (decode_kv_reads: filled by infer_inputs from the row or its stack)
+    pools = frame.assign(**{k: frame[k] if k in frame.columns else empty for k in ("prefill_gpus", "prefill_tp")})
+    x["prefill_gpus"] = _integers(pools, "prefill_gpus", source).to_numpy()
+    x["prefill_tp"] = _integers(pools, "prefill_tp", source).to_numpy()
+    # a disaggregated deployment's GPUs: the prefill pool's and the decode pool's (tp·pp·dp)
+    x["gpus"] = np.where(np.isnan(x["prefill_gpus"]), x["gpus"], x["tp"] * x["pp"] * x["dp"] + x["prefill_gpus"])
     if "stack" in frame.columns:
         from dse.stacks import profile
 

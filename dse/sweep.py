@@ -34,7 +34,8 @@ SMALL_INT_COLUMNS = ("sp", "zero", "dp_overlap", "pp_overlap")
 CATEGORY_COLUMNS = {**CATEGORICAL, "kv_precision": codes.KV_PRECISION, "stack": stack_names(),
                     "decode_kv_reads": codes.DECODE_KV_READS}
 SERVE_INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "batch", "input_len", "output_len",
-                       "max_num_tokens", "request_rate", "precision", "kv_precision", "decode_kv_reads", "stack")
+                       "max_num_tokens", "request_rate", "precision", "kv_precision", "decode_kv_reads",
+                       "prefill_gpus", "prefill_tp", "stack")
 FLOAT_INPUT_COLUMNS = ("request_rate",)
 
 
@@ -111,7 +112,7 @@ def kernel_inputs(spec: Spec, cols: dict[str, np.ndarray]) -> tuple[dict[str, np
         for key, default in (("tp", 1.0), ("pp", 1.0), ("dp", 1.0), ("kv_precision", float(codes.KV_AUTO)),
                              ("precision", float(codes.PRECISION_BF16))):
             x[key] = np.where(np.isnan(x[key]), default, x[key]).astype(DTYPE)
-        x["gpus"] = (x["tp"] * x["pp"] * x["dp"]).astype(DTYPE)
+        x["gpus"] = (x["tp"] * x["pp"] * x["dp"] + np.nan_to_num(x["prefill_gpus"])).astype(DTYPE)
         x["stack"] = cols["stack"] if "stack" in cols else np.full(n, np.nan, dtype=DTYPE)
         _fill_serving_from_stack(x)
     elif spec.task == "infer":

@@ -164,3 +164,37 @@ def test_serving_space_plots_its_frontier(tmp_path):
     assert main(["run", str(space), "-o", str(tmp_path / "res"), "--jobs", "1", "-q"]) == 0
     written = draw_standard_figures(tmp_path / "res", tmp_path / "fig")
     assert (tmp_path / "fig" / "pareto_throughput_interactivity.png") in written
+
+
+def test_kv_transfer_is_its_bytes_over_the_placement_link():
+    """Disaggregated pair: one request's KV (input_len x layers x 2 x kv_heads x head_dim x bytes) crosses
+    NVLink when both pools fit one scale-up domain, else the NICs, over min(prefill tp, decode tp*pp) pairs."""
+    from dse.cost.serving import kv_transfer
+    from dse.frame import serve_inputs
+    from dse.hardware import catalog as hwcat
+
+    rows = pd.DataFrame([{**BASE, "tp": 4, "dp": 1, "prefill_gpus": 4, "prefill_tp": 4, "input_len": 4000},
+                         {**BASE, "tp": 4, "dp": 2, "prefill_gpus": 8, "prefill_tp": 2, "input_len": 4000}])
+    x, systems = serve_inputs(rows)
+    hw = hwcat.hardware_columns(systems)
+    nbytes, bw, t = kv_transfer({**x, **hw})
+    expected = 4000 * 80 * 2 * 8 * 128 * 1.0  # llama2-70b, fp8 math -> 1-byte KV
+    np.testing.assert_allclose(nbytes, expected)
+    assert bw[0] == pytest.approx(4 * hw["scaleup_ring_bw"][0])  # 4 + 4 GPUs: one NVLink domain of 8
+    assert bw[1] == pytest.approx(2 * hw["scaleout_bw"][1])  # 8 + 8 GPUs: across servers, 2 NIC pairs
+    np.testing.assert_allclose(t, nbytes / bw + np.where([True, False], hw["scaleup_latency_s"],
+                                                          hw["scaleout_latency_s"]))
+
+
+def test_disaggregation_trades_throughput_for_token_latency():
+    """Same 8 GPUs: under a moderate load a separate prefill pool removes prompt chunks from the decode passes
+    (lower TPOT); at maximum load the aggregated engine serves more (the prefill pool binds)."""
+    agg = {**BASE, "model": "llama3.3-70b", "tp": 4, "dp": 2, "input_len": 4000, "output_len": 500}
+    dis = {**agg, "dp": 1, "prefill_gpus": 4, "prefill_tp": 2}
+    loaded = evaluate_serve(pd.DataFrame([{**agg, "request_rate": 2.0}, {**dis, "request_rate": 2.0}]))
+    assert loaded["tpot_s"][1] < loaded["tpot_s"][0]
+    full = evaluate_serve(pd.DataFrame([agg, dis]))
+    assert full["output_tokens_per_s_per_gpu"][0] > full["output_tokens_per_s_per_gpu"][1]
+    assert full["limit"][1] == "prefill_pool"
+    bad = evaluate_serve(pd.DataFrame([{**dis, "prefill_gpus": 3}])).iloc[0]
+    assert bad["infeasible_reason"] == "prefill pool does not divide"

@@ -49,20 +49,20 @@ from dse.hardware.catalog import HARDWARE_COLUMNS
 Array = Any
 
 SERVE_INPUTS: tuple[str, ...] = (*INFER_INPUTS, "max_num_tokens", "request_rate", "kv_memory_fraction",
-                                 "kv_block_tokens", "decode_kv_reads")
+                                 "kv_block_tokens", "decode_kv_reads", "prefill_gpus", "prefill_tp")
 SERVE_METRICS: tuple[str, ...] = (
     "output_tokens_per_s", "output_tokens_per_s_per_gpu", "requests_per_s", "ttft_s", "tpot_s",
     "tokens_per_s_per_user", "concurrency", "kv_cache_utilization", "iteration_ms", "iteration_tokens",
     "kv_capacity_requests", "weights_bytes", "kv_cache_bytes", "mem_total_bytes", "energy_per_output_token_j",
     "iter_gemm_ms", "iter_prefill_attention_ms", "iter_decode_attention_ms", "iter_elementwise_ms", "iter_tp_comm_ms",
-    "iter_overhead_ms", "iter_logits_ms", "iter_pp_comm_ms",
+    "iter_overhead_ms", "iter_logits_ms", "iter_pp_comm_ms", "kv_transfer_s",
 )
 #: The parts of ``iteration_ms`` (one stage's iteration; they sum to it).
 ITERATION_PARTS: tuple[str, ...] = ("iter_gemm_ms", "iter_prefill_attention_ms", "iter_decode_attention_ms",
                                     "iter_elementwise_ms", "iter_tp_comm_ms", "iter_overhead_ms", "iter_logits_ms",
                                     "iter_pp_comm_ms")
 #: What binds the steady state (column ``limit``).
-LIMITS: tuple[str, ...] = ("batch", "kv_memory", "tokens", "compute", "bandwidth")
+LIMITS: tuple[str, ...] = ("batch", "kv_memory", "tokens", "compute", "bandwidth", "prefill_pool", "kv_transfer")
 #: Engine defaults when neither the row nor its stack says: TensorRT-LLM's KV fraction (0.9 of free memory)
 #: and block size (64 tokens; TensorRT-LLM 0.10 release notes), as in the shared serve cases.
 DEFAULT_KV_MEMORY_FRACTION = 0.9
@@ -82,9 +82,18 @@ def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dict[s
     x = dict(zip(names, arrays, strict=True))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         # the static-batch checks, with batch standing in where it is unlimited
-        probe = {**x, "batch": np.where(np.isnan(x["batch"]), 1.0, x["batch"])}
+        disagg = ~np.isnan(x["prefill_gpus"])
+        probe = {**x, "batch": np.where(np.isnan(x["batch"]), 1.0, x["batch"]),
+                 "gpus": x["tp"] * x["pp"] * x["dp"]}  # the decode (or only) pool's layout
         reason = _infer_reason({k: v.astype(DTYPE) for k, v in probe.items()}).astype(np.int64)
+        tp_p = np.where(np.isnan(x["prefill_tp"]), 1.0, x["prefill_tp"])
+        bad_pool = disagg & ((x["prefill_gpus"] < 1) | (np.fmod(x["prefill_gpus"], tp_p) != 0)
+                             | (np.fmod(x["heads"], tp_p) != 0))
+        reason = np.where((reason == 0) & bad_pool, codes.REASON_CODE["prefill pool does not divide"], reason)
         out = _serve(x)
+        if disagg.any():
+            split_out = _serve_disaggregated(x)
+            out = {k: np.where(disagg, split_out[k], v) if k in split_out else v for k, v in out.items()}
         ok = reason == 0
         fits = out.pop("fits")
         overloaded = out.pop("overloaded")
@@ -151,6 +160,126 @@ def _iteration(x: dict[str, Array], X: Array, rate: Array, act: Array, wb: Array
     compute = 2.0 * M * n_all * h / rate
     traffic = n_all * h * wb / mem + kv_read / mem
     return t_stage, compute, traffic
+
+
+def kv_transfer(x: dict[str, Array]) -> tuple[Array, Array, Array]:
+    """(bytes, link bytes/s, seconds) to move one request's KV cache from a prefill replica to a decode
+    replica: input_len · L · 2 · kv_heads · head_dim · kv bytes (every layer, every KV head), over the scale-up
+    link when both pools sit in one scale-up domain (prefill + decode GPUs <= its size), else over the NICs;
+    min(prefill tp, decode tp·pp) GPU pairs send their shards at once.  t = bytes / (pairs · link) + latency."""
+    h, a, g, L = x["hidden"], x["heads"], x["kv_heads"], x["layers"]
+    kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
+    nbytes = x["input_len"] * L * 2.0 * g * (h / a) * kv_b
+    decode_gpus = x["tp"] * x["pp"] * x["dp"]
+    same = (np.nan_to_num(x["prefill_gpus"]) + decode_gpus <= x["scaleup_gpus"]) * 1.0
+    per_gpu = pick(same, x["scaleup_ring_bw"], x["scaleout_bw"])
+    pairs = np.minimum(np.where(np.isnan(x["prefill_tp"]), 1.0, x["prefill_tp"]), x["tp"] * x["pp"])
+    bw = pairs * per_gpu
+    latency = pick(same, x["scaleup_latency_s"], x["scaleout_latency_s"])
+    return nbytes, bw, nbytes / bw + latency
+
+
+def _kv_capacity(x: dict[str, Array], budget: Array) -> dict[str, Array]:
+    """Per GPU of a replica: weights, activations of one iteration, the KV budget and how many requests' KV
+    (at the mean context, paged) fit."""
+    L, h, a, g, f, V = x["layers"], x["hidden"], x["heads"], x["kv_heads"], x["ffn_hidden"], x["vocab"]
+    t, p = x["tp"], x["pp"]
+    s_in, s_out = x["input_len"], x["output_len"]
+    E = x["experts"]
+    moe = (E > 1) * 1.0
+    _, _, _, wb = _rates(x)
+    kvh = np.maximum(g / t, 1.0)
+    kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
+    frac = np.where(np.isnan(x["kv_memory_fraction"]), DEFAULT_KV_MEMORY_FRACTION, x["kv_memory_fraction"])
+    block = np.where(np.isnan(x["kv_block_tokens"]), DEFAULT_KV_BLOCK_TOKENS, x["kv_block_tokens"])
+    p_attn = h * (2.0 * h + 2.0 * kv_width(h, a, g)) / t
+    p_layer = p_attn + (1.0 + moe * (E - 1.0)) * expert_params(h, f, x["mlp"]) / t + moe * h * E
+    untied = (x["tied_embeddings"] <= 0) * 1.0
+    single = (p <= 1) * 1.0
+    weights = L / p * p_layer * wb + V * h / t * 2.0 * (1.0 + single * untied)
+    n_fc1 = (mlp_matrices(x["mlp"]) - 1.0) * f / t
+    act_tokens = np.minimum(budget, s_in + s_out)
+    activations = act_tokens * (4.0 * h + 2.0 * n_fc1) * 2.0 + act_tokens * V / t * 4.0 / np.maximum(s_in, 1.0)
+    kv_budget = frac * (x["hbm_bytes"] - weights - activations - K.RUNTIME_RESERVED_BYTES)
+    pages = np.ceil((s_in + 0.5 * s_out) / block) * block
+    kv_token = L / p * 2.0 * kvh * (h / a) * kv_b
+    capacity = np.floor(np.maximum(kv_budget, 0.0) / (kv_token * pages))
+    return {"weights": weights, "activations": activations, "kv_budget": kv_budget, "pages": pages,
+            "kv_token": kv_token, "capacity": capacity}
+
+
+def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
+    """Prefill and decode on separate pools (DistServe, Splitwise, NVIDIA Dynamo).
+
+    The decode pool is the row's layout (dp replicas of tp·pp GPUs); the prefill pool is prefill_gpus GPUs in
+    replicas of prefill_tp (pp 1).  Each pool runs its own iterations: prefill passes of the token budget (or one
+    prompt), decode passes of the running requests' tokens only.  The deployment serves
+    R = min(prefill capacity, KV-link capacity, decode capacity) requests/s at maximum load (or the offered rate
+    below it); TTFT = admission wait + the prefill passes + the KV transfer (:func:`kv_transfer`); TPOT = a decode
+    pass through the pipeline.  GPUs = prefill_gpus + tp·pp·dp."""
+    _, rate, act, wb = _rates(x)
+    s_in, s_out = x["input_len"], x["output_len"]
+    p, dp = x["pp"], x["dp"]
+    budget = np.where(np.isnan(x["max_num_tokens"]), np.inf, x["max_num_tokens"])
+    batch_cap = np.where(np.isnan(x["batch"]), np.inf, x["batch"])
+    zero = 0.0 * s_in
+    # ---- decode pool ----
+    dec = _kv_capacity(x, np.minimum(budget, batch_cap))
+    c_max = np.maximum(np.minimum(batch_cap, dec["capacity"]), 1.0)
+    life = np.maximum(s_out - 1.0, 1.0)
+    xd_max = c_max / p / life
+    t_d_max, _, _ = _iteration(x, zero, rate, act, wb, X_dec=xd_max)
+    cap_d = dp * xd_max / t_d_max
+    # ---- prefill pool ----
+    tp_p = np.where(np.isnan(x["prefill_tp"]), 1.0, x["prefill_tp"])
+    n_p = x["prefill_gpus"] / tp_p
+    xp_in = {**x, "tp": tp_p, "pp": np.ones_like(tp_p)}
+    _, rate_p, act_p, wb_p = _rates(xp_in)
+    chunk = np.where(np.isinf(budget), s_in, budget)
+    n_pre = np.maximum(np.ceil(s_in / chunk), 1.0)
+    xp_max = chunk / s_in
+    t_p_max, _, _ = _iteration(xp_in, xp_max, rate_p, act_p, wb_p, X_dec=zero)
+    cap_p = n_p * xp_max / t_p_max
+    pre_mem = _kv_capacity(xp_in, chunk)
+    # ---- the link between them ----
+    nbytes, bw, t_kv = kv_transfer(x)
+    cap_link = n_p * bw / nbytes
+    capacity = np.minimum(np.minimum(cap_p, cap_link), cap_d)
+    lam = x["request_rate"]
+    offline = np.isnan(lam)
+    overloaded = ~offline & (lam >= capacity)
+    R = np.where(offline | overloaded, capacity, lam)
+    xd, xp = np.minimum(R / dp * 1e-3, xd_max), np.minimum(R / n_p * 1e-3, xp_max)
+    for _ in range(FIXED_POINT_ITERATIONS):
+        t_d, _, _ = _iteration(x, zero, rate, act, wb, X_dec=xd)
+        t_p, _, _ = _iteration(xp_in, xp, rate_p, act_p, wb_p, X_dec=zero)
+        xd = 0.5 * xd + 0.5 * np.minimum(R / dp * t_d, xd_max)
+        xp = 0.5 * xp + 0.5 * np.minimum(R / n_p * t_p, xp_max)
+    split: dict[str, Array] = {}
+    t_d, comp, traffic = _iteration(x, zero, rate, act, wb, split, X_dec=np.maximum(xd, 1.0 / life))
+    t_p, _, _ = _iteration(xp_in, xp, rate_p, act_p, wb_p, X_dec=zero)
+    t_pass, _, _ = _iteration(xp_in, np.maximum(xp, 1.0 / n_pre), rate_p, act_p, wb_p, X_dec=zero)
+    utilization = np.minimum(R / cap_p, 1.0)
+    ttft = 0.5 * utilization * t_p + n_pre * t_pass + t_kv
+    tpot = p * t_d
+    out_tps = R * s_out
+    gpus = x["prefill_gpus"] + x["tp"] * p * dp
+    kv_used = xd * p * life * dec["pages"] * dec["kv_token"]
+    decode_bound = np.where(batch_cap <= dec["capacity"], 0, 1)
+    limit = np.where(cap_p <= np.minimum(cap_link, cap_d), 5, np.where(cap_link <= cap_d, 6, decode_bound))
+    limit = np.where(offline, limit, np.where(comp >= traffic, 3, 4))
+    return {
+        "output_tokens_per_s": out_tps, "output_tokens_per_s_per_gpu": out_tps / gpus, "requests_per_s": R,
+        "ttft_s": ttft, "tpot_s": tpot, "tokens_per_s_per_user": 1.0 / tpot,
+        "concurrency": dp * xd * p * life + n_p * xp * n_pre,
+        "kv_cache_utilization": kv_used / np.maximum(dec["kv_budget"], 1.0),
+        "iteration_ms": t_d * 1e3, "iteration_tokens": xd * (s_out - 1.0),
+        "kv_capacity_requests": dec["capacity"], "weights_bytes": dec["weights"], "kv_cache_bytes": kv_used,
+        "mem_total_bytes": dec["weights"] + dec["activations"] + kv_used + K.RUNTIME_RESERVED_BYTES,
+        "energy_per_output_token_j": gpus * x["tdp_w"] / np.maximum(out_tps, 1e-30),
+        "kv_transfer_s": t_kv, **split,
+        "fits": (dec["capacity"] >= 1.0) & (pre_mem["capacity"] >= 1.0), "overloaded": overloaded, "limit": limit,
+    }
 
 
 def _serve(x: dict[str, Array]) -> dict[str, Array]:
@@ -228,5 +357,5 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
         "kv_capacity_requests": kv_capacity, "weights_bytes": weights, "kv_cache_bytes": kv_used,
         "mem_total_bytes": weights + activations + kv_used + K.RUNTIME_RESERVED_BYTES,
         "energy_per_output_token_j": x["gpus"] * x["tdp_w"] / np.maximum(out_tps, 1e-30),
-        **split, "fits": fits, "overloaded": overloaded, "limit": limit,
+        "kv_transfer_s": 0.0 * tpot, **split, "fits": fits, "overloaded": overloaded, "limit": limit,
     }
