@@ -89,17 +89,46 @@ def _where(source: str, frame: pd.DataFrame, pos: int) -> str:
 
 
 def _blank(series: pd.Series) -> np.ndarray:
-    """True where a cell is empty (NaN or whitespace)."""
-    values = series.to_numpy(dtype=object)
-    return np.array([v is None or (isinstance(v, float) and np.isnan(v)) or (isinstance(v, str) and not v.strip())
-                     for v in values], dtype=bool) if len(values) else np.zeros(0, dtype=bool)
+    """True where a cell is empty (NaN, None or whitespace), vectorized: numeric columns by isnan, text by
+    Arrow's whitespace trim (no Python step per cell)."""
+    if not len(series):
+        return np.zeros(0, dtype=bool)
+    kind = series.dtype.kind
+    if kind in "iub":
+        return np.zeros(len(series), dtype=bool)
+    if kind == "f":
+        return np.isnan(series.to_numpy(dtype=np.float64))
+    na = series.isna().to_numpy()
+    text = series.where(~na, "").astype("string[pyarrow]")
+    return na | (text.str.strip() == "").to_numpy(dtype=bool, na_value=True)
+
+
+def _to_float(raw: pd.Series, blank: np.ndarray) -> np.ndarray:
+    """Cells as float64 (NaN where blank or not a number): numeric columns as they are, text parsed by Arrow's
+    vectorized cast (pandas' per-cell parser only when a cell does not parse, to find it)."""
+    if raw.dtype.kind in "iufb":
+        return raw.to_numpy(dtype=np.float64)
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        text = pa.array(raw.to_numpy(dtype=object), type=pa.string(), mask=blank)
+        return pc.cast(pc.utf8_trim_whitespace(text), pa.float64()).to_numpy(zero_copy_only=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        return pd.to_numeric(raw.where(~blank, np.nan), errors="coerce").to_numpy(dtype=np.float64)
+
+
+def _lower_names(raw: pd.Series, blank: np.ndarray, default: str) -> pd.Series:
+    """Cells as stripped lower-case names (``default`` where blank), vectorized through Arrow strings."""
+    text = raw.astype(object).where(~blank, default).astype("string[pyarrow]")
+    return text.str.strip().str.lower().astype(object)
 
 
 def _integers(frame: pd.DataFrame, col: str, source: str) -> pd.Series:
     """Column as float64 with NaN for empty cells; raises InputError on a non-integer or out-of-range value."""
     raw = frame[col]
     blank = _blank(raw)
-    num = pd.to_numeric(raw.where(~blank, np.nan), errors="coerce").astype(np.float64)
+    num = pd.Series(_to_float(raw, blank), index=raw.index)
     bad = (~blank) & (num.isna().to_numpy() | (np.fmod(num.fillna(0).to_numpy(), 1.0) != 0))
     lo, hi = INTEGER_MIN.get(col, 0), INTEGER_MAX.get(col, INT_DOMAIN_MAX)
     vals = num.to_numpy()
@@ -118,7 +147,7 @@ def _categorical(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
     raw = frame[col]
     blank = _blank(raw)
     default = CATEGORICAL_DEFAULTS[col]
-    names = raw.astype(object).where(~blank, default).astype(str).str.strip().str.lower()
+    names = _lower_names(raw, blank, default)
     allowed = CATEGORICAL[col]
     ok = names.isin(allowed).to_numpy()
     if not ok.all():
@@ -229,7 +258,7 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     """
     frame = _fill_dimensions_from_catalog(frame, source)
     check_stack(frame, source)
-    frame, _ = apply_stack(frame)  # the stack's profile fills the knobs the row leaves empty
+    frame, _ = apply_stack(frame, record=False)  # the stack's profile fills the knobs the row leaves empty
     for col in ("layers", "hidden", "heads", "vocab", "system", "tp", "pp", "seq_len", "global_batch"):
         if col not in frame.columns:
             raise InputError(f"{source}: missing column {col!r} (required; see README.md, section 'Case files')")

@@ -102,12 +102,12 @@ def profile(stack: str) -> dict[str, str]:
 
 
 def _blank(series: pd.Series) -> np.ndarray:
-    values = series.to_numpy(dtype=object)
-    return np.array([v is None or (isinstance(v, float) and np.isnan(v)) or (isinstance(v, str) and not v.strip())
-                     for v in values], dtype=bool) if len(values) else np.zeros(0, dtype=bool)
+    from dse.frame import _blank as blank  # one definition (imported late: dse.frame imports this module)
+
+    return blank(series)
 
 
-def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAIN_KNOBS
+def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAIN_KNOBS, record: bool = True
                 ) -> tuple[pd.DataFrame, list[dict[str, object]]]:
     """Fill the empty knob cells of rows that name a stack from its profile (stated cells win).
 
@@ -135,13 +135,13 @@ def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAI
             target = rows & _blank(frame[key])
             if not target.any():
                 continue
-            if value == "when_vpp":
-                vals = np.where(vpp > 1, "1", "0")
-                frame.loc[target, key] = vals[target]
-            else:
-                frame.loc[target, key] = value
-            for pos in np.flatnonzero(target):
-                filled[pos][key] = frame[key].iloc[pos]
+            vals = np.where(vpp > 1, "1", "0") if value == "when_vpp" else np.full(len(frame), value, dtype=object)
+            column = frame[key].to_numpy(dtype=object).copy()
+            column[target] = vals[target]
+            frame[key] = column
+            if record:  # what validate --json reports (tables skip it)
+                for pos in np.flatnonzero(target):
+                    filled[pos][key] = vals[pos]
     return frame, filled
 
 
