@@ -171,6 +171,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"training cost model, one core, {label}: {res['configs']:,} in {res['seconds']:.3f} s "
               f"= {res['configs_per_s']:,.0f} configurations/s ({res['feasible']:,} divide); "
               f"peak RSS {res['peak_rss_bytes'] / 2**20:,.0f} MiB")
+    res = serve_bench(max(args.n // 4, 1), args.chunk, args.repeats)
+    print(f"serving cost model, one core, random configurations (half under a request rate): "
+          f"{res['configs']:,} in {res['seconds']:.3f} s = {res['configs_per_s']:,.0f} configurations/s "
+          f"({res['answered']:,} with a steady state); peak RSS {res['peak_rss_bytes'] / 2**20:,.0f} MiB")
+    res = table_bench()
+    print(f"tables, dse.evaluate on {res['rows']:,} rows of text cells: {res['seconds']:.2f} s = "
+          f"{res['rows_per_s']:,.0f} rows/s; peak RSS {res['peak_rss_bytes'] / 2**20:,.0f} MiB")
     return 0
 
 
@@ -216,3 +223,70 @@ def scaled_spec(base: dict, target: int) -> dict:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def random_serve_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """N random serving configurations over the catalogs (kernel inputs of dse.cost.serving, system codes):
+    half at maximum load, half under a request rate; a tenth disaggregated."""
+    from dse.cost.serving import SERVE_INPUTS
+
+    rng = np.random.default_rng(seed)
+    cat = models()
+    pick = rng.integers(0, len(cat), n)
+    x: dict[str, np.ndarray] = {}
+    for col in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "experts", "top_k",
+                "tied_embeddings"):
+        x[col] = cat[col].to_numpy(dtype=np.float64)[pick]
+    x["mlp"] = cat["mlp_code"].to_numpy(dtype=np.float64)[pick]
+    pow2 = lambda hi: 2.0 ** rng.integers(0, hi + 1, n)  # noqa: E731
+    x["tp"], x["pp"], x["dp"] = pow2(3), pow2(1), pow2(2)
+    x["gpus"] = x["tp"] * x["pp"] * x["dp"]
+    x["batch"] = np.where(rng.random(n) < 0.2, np.nan, pow2(10))
+    x["input_len"] = rng.choice([128.0, 1000.0, 2048.0, 8192.0], n)
+    x["output_len"] = rng.choice([128.0, 500.0, 2048.0], n)
+    x["precision"] = rng.choice([1.0, 2.0, 3.0], n)
+    x["kv_precision"] = np.zeros(n)
+    x["max_num_tokens"] = rng.choice([2048.0, 8192.0, np.nan], n)
+    x["request_rate"] = np.where(rng.random(n) < 0.5, np.nan, rng.uniform(0.1, 50.0, n))
+    x["kv_memory_fraction"] = np.full(n, np.nan)
+    x["kv_block_tokens"] = np.full(n, np.nan)
+    x["decode_kv_reads"] = rng.integers(0, 2, n).astype(np.float64)
+    disagg = rng.random(n) < 0.1
+    x["prefill_tp"] = np.where(disagg, pow2(2), np.nan)
+    x["prefill_gpus"] = np.where(disagg, x["prefill_tp"] * pow2(2), np.nan)
+    assert set(x) == set(SERVE_INPUTS)
+    return x, rng.integers(0, len(hwcat.system_names()), n)
+
+
+def serve_bench(n: int, chunk: int, repeats: int) -> dict[str, float]:
+    """The serving kernel on one core over N random configurations."""
+    from dse.cost.serving import serve_step
+
+    x, systems = random_serve_configs(n)
+    best, answered = float("inf"), 0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        answered = 0
+        for lo in range(0, n, chunk):
+            hi = min(lo + chunk, n)
+            out = serve_step({k: v[lo:hi] for k, v in x.items()}, hwcat.hardware_columns(systems[lo:hi]))
+            answered += int(np.count_nonzero(out["fits"]))
+        best = min(best, time.perf_counter() - t0)
+    return {"configs": n, "seconds": best, "configs_per_s": n / best, "answered": answered,
+            "peak_rss_bytes": peak_rss_bytes()}
+
+
+def table_bench(rows: int = 200_000) -> dict[str, float]:
+    """dse.evaluate on a table of ``rows`` rows read from a case file (text cells, as a user's CSV gives)."""
+    from dse.frame import evaluate
+    from dse.validation.validate import read_cases
+
+    ref = Path(__file__).resolve().parents[1] / "tests" / "reference" / "megatron_narayanan2021_table1.csv"
+    cases = read_cases(ref)
+    cols = [c for c in cases.columns if c not in ("case", "metric", "measured", "source", "task")]
+    big = cases[cols].sample(rows, replace=True, random_state=0).reset_index(drop=True)
+    big["micro_batch"] = np.random.default_rng(0).choice(["1", "2", "4"], rows)
+    t0 = time.perf_counter()
+    evaluate(big)
+    seconds = time.perf_counter() - t0
+    return {"rows": rows, "seconds": seconds, "rows_per_s": rows / seconds, "peak_rss_bytes": peak_rss_bytes()}

@@ -67,8 +67,8 @@ LIMITS: tuple[str, ...] = ("batch", "kv_memory", "tokens", "compute", "bandwidth
 #: and block size (64 tokens; TensorRT-LLM 0.10 release notes), as in the shared serve cases.
 DEFAULT_KV_MEMORY_FRACTION = 0.9
 DEFAULT_KV_BLOCK_TOKENS = 64.0
-#: Fixed-point iterations of Little's law under a given request rate (damped; converges well within this).
-FIXED_POINT_ITERATIONS = 40
+#: Refinement steps of Little's law under a given request rate after the affine solution (see _fixed_point).
+FIXED_POINT_ITERATIONS = 3
 
 
 def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dict[str, Array]:
@@ -85,15 +85,20 @@ def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dict[s
         disagg = ~np.isnan(x["prefill_gpus"])
         probe = {**x, "batch": np.where(np.isnan(x["batch"]), 1.0, x["batch"]),
                  "gpus": x["tp"] * x["pp"] * x["dp"]}  # the decode (or only) pool's layout
-        reason = _infer_reason({k: v.astype(DTYPE) for k, v in probe.items()}).astype(np.int64)
+        reason = _infer_reason(probe).astype(np.int64)
         tp_p = np.where(np.isnan(x["prefill_tp"]), 1.0, x["prefill_tp"])
         bad_pool = disagg & ((x["prefill_gpus"] < 1) | (np.fmod(x["prefill_gpus"], tp_p) != 0)
                              | (np.fmod(x["heads"], tp_p) != 0))
         reason = np.where((reason == 0) & bad_pool, codes.REASON_CODE["prefill pool does not divide"], reason)
         out = _serve(x)
-        if disagg.any():
-            split_out = _serve_disaggregated(x)
-            out = {k: np.where(disagg, split_out[k], v) if k in split_out else v for k, v in out.items()}
+        if disagg.any():  # the disaggregated rows only, gathered and scattered back
+            idx = np.flatnonzero(disagg)
+            split_out = _serve_disaggregated({k: v[idx] for k, v in x.items()})
+            for k, v in split_out.items():
+                if k in out:
+                    column = np.array(np.broadcast_to(out[k], disagg.shape), dtype=np.result_type(out[k], v))
+                    column[idx] = v
+                    out[k] = column
         ok = reason == 0
         fits = out.pop("fits")
         overloaded = out.pop("overloaded")
@@ -160,6 +165,20 @@ def _iteration(x: dict[str, Array], X: Array, rate: Array, act: Array, wb: Array
     compute = 2.0 * M * n_all * h / rate
     traffic = n_all * h * wb / mem + kv_read / mem
     return t_stage, compute, traffic
+
+
+def _fixed_point(t_of: Any, lam: Array, cap: Array) -> Array:
+    """X with X = min(λ·t(X), cap): the requests one stage iteration finishes at arrival rate λ (Little's law
+    over iterations).  t is affine in X wherever the roofline terms are (a + b·X: every term is linear in the
+    tokens), so X = λa / (1 − λb) exactly; FIXED_POINT_ITERATIONS plain steps from there absorb what is not
+    affine (the experts a mixture-of-experts batch visits).  Vectorized, a fixed number of steps."""
+    a = t_of(0.0 * lam)
+    b = t_of(0.0 * lam + 1.0) - a
+    X = np.where(lam * b < 1.0, lam * a / np.maximum(1.0 - lam * b, 1e-12), cap)
+    X = np.minimum(np.maximum(X, 0.0), cap)
+    for _ in range(FIXED_POINT_ITERATIONS):
+        X = np.minimum(lam * t_of(X), cap)
+    return X
 
 
 def kv_transfer(x: dict[str, Array]) -> tuple[Array, Array, Array]:
@@ -249,12 +268,8 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
     offline = np.isnan(lam)
     overloaded = ~offline & (lam >= capacity)
     R = np.where(offline | overloaded, capacity, lam)
-    xd, xp = np.minimum(R / dp * 1e-3, xd_max), np.minimum(R / n_p * 1e-3, xp_max)
-    for _ in range(FIXED_POINT_ITERATIONS):
-        t_d, _, _ = _iteration(x, zero, rate, act, wb, X_dec=xd)
-        t_p, _, _ = _iteration(xp_in, xp, rate_p, act_p, wb_p, X_dec=zero)
-        xd = 0.5 * xd + 0.5 * np.minimum(R / dp * t_d, xd_max)
-        xp = 0.5 * xp + 0.5 * np.minimum(R / n_p * t_p, xp_max)
+    xd = _fixed_point(lambda v: _iteration(x, zero, rate, act, wb, X_dec=v)[0], R / dp, xd_max)
+    xp = _fixed_point(lambda v: _iteration(xp_in, v, rate_p, act_p, wb_p, X_dec=zero)[0], R / n_p, xp_max)
     split: dict[str, Array] = {}
     t_d, comp, traffic = _iteration(x, zero, rate, act, wb, split, X_dec=np.maximum(xd, 1.0 / life))
     t_p, _, _ = _iteration(xp_in, xp, rate_p, act_p, wb_p, X_dec=zero)
@@ -329,12 +344,12 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
     offline = np.isnan(lam)
     lam_r = np.where(offline, 0.0, lam) / dp  # per replica
     overloaded = ~offline & (lam_r * dp >= req_capacity)
-    X = np.where(offline | overloaded, X_max, np.minimum(lam_r * 1e-3, X_max))
-    t_stage = t_max
-    for _ in range(FIXED_POINT_ITERATIONS):
-        t_stage, _, _ = _iteration(x, X, rate, act, wb)
-        target = np.minimum(lam_r * t_stage, X_max)  # X = requests per stage iteration at rate λ
-        X = np.where(offline | overloaded, X_max, 0.5 * X + 0.5 * target)
+    X = X_max.copy()
+    live = np.flatnonzero(~(offline | overloaded))  # rows under a rate: iterate only those
+    if live.size:
+        xs = {k: v[live] for k, v in x.items()}
+        rs, acts, wbs, lam_s, cap_s = rate[live], act[live], wb[live], lam_r[live], X_max[live]
+        X[live] = _fixed_point(lambda v: _iteration(xs, v, rs, acts, wbs)[0], lam_s, cap_s)
     # a request's own tokens are in the passes that serve it: its decode token in every decode pass, its whole
     # prompt chunk in its prefill pass (at light load X < 1 the average pass holds a fraction of them)
     split: dict[str, Array] = {}
