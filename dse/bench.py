@@ -9,6 +9,7 @@ reports configurations per second and the process's peak RSS.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import sys
@@ -160,44 +161,173 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="time the best of R runs")
     parser.add_argument("--sweep-jobs", type=int, default=2, help="workers for the end-to-end sweep benchmarks")
     parser.add_argument("--no-sweep", action="store_true", help="only the kernel benchmark")
+    parser.add_argument("--no-record", action="store_true",
+                        help=f"do not write {FIGURES_FILE.name} and the README's speed table")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    records: list[dict[str, str]] = []
     if not args.no_sweep:
-        run_sweep_benchmarks(args.sweep_jobs)
+        records += run_sweep_benchmarks(args.sweep_jobs)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, as the target says
-    for divisible, label in ((False, "random configurations"), (True, "configurations that all divide")):
+    for divisible, key, label in ((False, "train_random", "random configurations"),
+                                  (True, "train_divisible", "configurations that all divide")):
         res = run(args.n, args.chunk, args.repeats, divisible)
         print(f"training cost model, one core, {label}: {res['configs']:,} in {res['seconds']:.3f} s "
               f"= {res['configs_per_s']:,.0f} configurations/s ({res['feasible']:,} divide); "
               f"peak RSS {res['peak_rss_bytes'] / 2**20:,.0f} MiB")
+        records.append(record(
+            key, f"training model, one core, {sci(res['configs'])} {label} (fine-tuning and offload mixed in)",
+            f"{sci(res['configs_per_s'])} configurations/s ({res['feasible'] / res['configs']:.0%} divide), "
+            f"peak RSS {mib(res['peak_rss_bytes'])}"))
     res = serve_bench(max(args.n // 4, 1), args.chunk, args.repeats)
     print(f"serving cost model, one core, random configurations (half under a request rate): "
           f"{res['configs']:,} in {res['seconds']:.3f} s = {res['configs_per_s']:,.0f} configurations/s "
           f"({res['answered']:,} with a steady state); peak RSS {res['peak_rss_bytes'] / 2**20:,.0f} MiB")
+    records.append(record(
+        "serve_random", f"serving model, one core, {sci(res['configs'])} random configurations (half under a "
+        "request rate, a tenth disaggregated)",
+        f"{sci(res['configs_per_s'])} configurations/s, peak RSS {mib(res['peak_rss_bytes'])}"))
     res = table_bench()
     print(f"tables, dse.evaluate on {res['rows']:,} rows of text cells: {res['seconds']:.2f} s = "
           f"{res['rows_per_s']:,.0f} rows/s; peak RSS {res['peak_rss_bytes'] / 2**20:,.0f} MiB")
+    records.append(record(
+        "table_evaluate", f"tables, `dse.evaluate` on {res['rows']:,} rows of text cells (Narayanan cases "
+        "resampled, micro-batch varied)",
+        f"{sci(res['rows_per_s'])} rows/s, peak RSS {mib(res['peak_rss_bytes'])}"))
+    if not args.no_record:
+        save_records(records)
     return 0
 
 
-def run_sweep_benchmarks(jobs: int) -> None:
+def run_sweep_benchmarks(jobs: int) -> list[dict[str, str]]:
     """End-to-end sweeps (run first, while this process is still small, so the RSS figures are the engine's)."""
+    records = []
     base = yaml.safe_load(BENCH_SPEC.read_text(encoding="utf-8"))
     res = sweep_bench(base, jobs, str(BENCH_SPEC))
     print(f"sweep, spec to Parquet, {jobs} workers: {res['grid_points']:,} points ({BENCH_SPEC.name}), "
           f"{res['rows']:,} rows written in {res['seconds']:.2f} s = {res['points'] / res['seconds']:,.0f} "
           f"points/s; {res['bytes_written'] / 2**20:,.0f} MiB on disk; peak RSS of all processes "
           f"{res['peak_rss_bytes'] / 2**20:,.0f} MiB", flush=True)
+    records.append(record(
+        "sweep_train", f"sweep, spec → Parquet, {jobs} workers, `{BENCH_SPEC.name}`: {sci(res['grid_points'])} "
+        "points, every point written as a row",
+        f"{sci(res['points'] / res['seconds'])} points/s ({res['seconds']:.1f} s), "
+        f"{mib(res['bytes_written'])} of Parquet, peak RSS of all processes {mib(res['peak_rss_bytes'])}"))
+    res = sweep_bench(SERVE_BENCH_SPEC, jobs, "serving bench space")
+    print(f"serving sweep, spec to Parquet, {jobs} workers: {res['grid_points']:,} points (task serve, half under a "
+          f"request rate), {res['rows']:,} rows in {res['seconds']:.2f} s = {res['points'] / res['seconds']:,.0f} "
+          f"points/s; peak RSS of all processes {res['peak_rss_bytes'] / 2**20:,.0f} MiB", flush=True)
+    records.append(record(
+        "sweep_serve", f"serving sweep, spec → Parquet, {jobs} workers: {sci(res['grid_points'])} points "
+        "(`task: serve`, 4 models × 6 systems, half under a request rate)",
+        f"{sci(res['points'] / res['seconds'])} points/s ({res['seconds']:.1f} s), "
+        f"peak RSS of all processes {mib(res['peak_rss_bytes'])}"))
+    sizes = []
     for target in (10**6, 10**7, 10**8):
         spec = scaled_spec(base, target)
         res = sweep_bench(spec, jobs, f"{BENCH_SPEC.name} scaled to ~{target:.0e}")
         print(f"memory vs grid size: {res['grid_points']:,} points, {res['rows']:,} rows kept (divisible, fits), "
               f"{res['seconds']:.1f} s, peak RSS of all processes {res['peak_rss_bytes'] / 2**20:,.0f} MiB",
               flush=True)
+        sizes.append(f"{sci(res['grid_points'])} points: {mib(res['peak_rss_bytes'])} ({res['seconds']:.1f} s)")
+    records.append(record(
+        "sweep_memory", "peak RSS of all processes vs grid size (same space, batch axis resized; divisible, "
+        "fitting rows kept)", "; ".join(sizes)))
+    return records
+
+
+def sci(value: float) -> str:
+    """3.75e6 -> '3.75 × 10⁶' (the README's number style)."""
+    if not np.isfinite(value) or value <= 0:
+        return f"{value:g}"
+    exp = int(np.floor(np.log10(value)))
+    mant = value / 10**exp
+    if round(mant, 2) >= 10:
+        mant, exp = mant / 10, exp + 1
+    sup = str(exp).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
+    return f"{mant:.2f} × 10{sup}"
+
+
+def mib(nbytes: float) -> str:
+    return f"{nbytes / 2**20:,.0f} MiB"
+
+
+def machine() -> str:
+    """A short description of the machine the figures come from (CPU model and cores)."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores{', ' + model if model else ''}"
+
+
+def record(key: str, benchmark: str, result: str) -> dict[str, str]:
+    """One row of the README's speed table, as measured now."""
+    return {"key": key, "benchmark": benchmark, "result": result,
+            "measured": time.strftime("%Y-%m-%d"), "machine": machine()}
+
+
+#: Where ``make bench`` keeps its latest figures (tracked, so the README's speed table is generated from them).
+FIGURES_FILE = Path(__file__).resolve().parent / "bench_figures.json"
+README = Path(__file__).resolve().parents[1] / "README.md"
+#: Row order of the README's table (keys not listed go last, in the order measured).
+ORDER = ("train_random", "train_divisible", "serve_random", "table_evaluate", "sweep_train", "sweep_serve",
+         "sweep_memory", "pareto_2", "pareto_3")
+BEGIN, END = "<!-- bench-table: generated by make bench from dse/bench_figures.json -->", "<!-- /bench-table -->"
+
+
+def load_records(path: Path = FIGURES_FILE) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    data: list[dict[str, str]] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def render_table(records: list[dict[str, str]]) -> str:
+    """The README's speed table (markdown) from the recorded figures."""
+    rank = {k: i for i, k in enumerate(ORDER)}
+    rows = sorted(records, key=lambda r: rank.get(r["key"], len(ORDER)))
+    dates = sorted({r["measured"] for r in rows})
+    machines = sorted({r["machine"] for r in rows})
+    lines = [f"Measured {', '.join(dates)} on {'; '.join(machines)}; figures vary by about ±15 % between runs.",
+             "", "| benchmark | result |", "|---|---|"]
+    lines += [f"| {r['benchmark']} | {r['result']} |" for r in rows]
+    return "\n".join(lines)
+
+
+def save_records(new: list[dict[str, str]], path: Path = FIGURES_FILE, readme: Path = README) -> None:
+    """Merge the new figures into the record file (by key) and regenerate the README's speed table."""
+    merged = {r["key"]: r for r in load_records(path)}
+    merged.update({r["key"]: r for r in new})
+    records = list(merged.values())
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(records, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    if readme.exists():
+        text = readme.read_text(encoding="utf-8")
+        if BEGIN in text and END in text:
+            head, rest = text.split(BEGIN, 1)
+            _, tail = rest.split(END, 1)
+            readme.write_text(f"{head}{BEGIN}\n{render_table(records)}\n{END}{tail}", encoding="utf-8")
+    print(f"recorded in {path.name}; README speed table regenerated")
 
 
 BENCH_SPEC = Path(__file__).resolve().parents[1] / "spaces" / "gpt3-175b-a100-1024-10m.yaml"
+#: A serving space of ~1.3e6 points: 4 models x 6 systems x layouts x engine limits x lengths x precisions x rates.
+SERVE_BENCH_SPEC = {
+    "name": "serve-bench", "task": "serve",
+    "grid": {"model": ["llama3.1-8b", "llama3.3-70b", "mixtral-8x7b", "llama3.1-405b"],
+             "system": ["a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "b200", "gb200-nvl72", "rtx-pro-6000"],
+             "tp": [1, 2, 4, 8], "pp": [1, 2], "dp": [1, 2], "batch": {"start": 1, "stop": 1024, "pow2": True},
+             "max_num_tokens": [2048, 8192], "input_len": [128, 1000, 4000], "output_len": [128, 1000],
+             "precision": ["bf16", "fp8", "fp4"], "request_rate": [0.5, 5.0]},
+    "constraints": {"divisible": False, "tp_within_scaleup": False},
+}
 
 
 def scaled_spec(base: dict, target: int) -> dict:
@@ -220,9 +350,6 @@ def scaled_spec(base: dict, target: int) -> dict:
                                  "filters": ["mem_total_bytes <= 85e9"]}})
     return spec
 
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 def random_serve_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -290,3 +417,7 @@ def table_bench(rows: int = 200_000) -> dict[str, float]:
     evaluate(big)
     seconds = time.perf_counter() - t0
     return {"rows": rows, "seconds": seconds, "rows_per_s": rows / seconds, "peak_rss_bytes": peak_rss_bytes()}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -124,12 +124,43 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=60.0,
                         help="seconds allowed for one paretoset call (estimated before running it)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-record", action="store_true",
+                        help="do not write dse/bench_figures.json and the README's speed table")
     args = parser.parse_args(argv)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
     print(f"pareto_mask vs paretoset on one core; paretoset {'installed' if _paretoset() else 'NOT installed'}")
-    print(format_results(run(args.rows, args.budget, args.seed)))
+    results = run(args.rows, args.budget, args.seed)
+    print(format_results(results))
+    if not args.no_record:
+        from dse.bench import save_records
+
+        save_records(summary_records(results))
     return 0
+
+
+def summary_records(results: list[dict[str, object]]) -> list[dict[str, str]]:
+    """Two rows of the README's speed table: the largest size of each data set, with paretoset beside it."""
+    from dse.bench import record, sci
+
+    def largest(kind: str) -> dict[str, object]:
+        return max((r for r in results if r["data"] == kind), key=lambda r: int(str(r["rows"])))
+
+    def theirs(r: dict[str, object]) -> str:
+        t = r["paretoset_s"]
+        return "not installed" if t is None and _paretoset() is None else (
+            f"{t:.2f} s" if isinstance(t, float) else str(t).replace(" (", " s (", 1))
+
+    u, a, u3, s3 = (largest(k) for k in ("uniform", "anti", "uniform3", "sphere3"))
+    return [
+        record("pareto_2", f"Pareto front, one core, 2 objectives, {sci(float(str(u['rows'])))} rows "
+               "(`python -m dse.bench_pareto`)",
+               f"{u['pareto_mask_s']:.2f} s uniform random (front {u['front']}), {a['pareto_mask_s']:.2f} s nearly "
+               f"anti-correlated (front {a['front']:,}); `paretoset`: {theirs(u)} and {theirs(a)}"),
+        record("pareto_3", f"Pareto front, 3 objectives, {sci(float(str(u3['rows'])))} rows",
+               f"{u3['pareto_mask_s']:.2f} s random (paretoset {theirs(u3)}); {s3['pareto_mask_s']:.2f} s with every "
+               f"row on the front (paretoset {theirs(s3)})"),
+    ]
 
 
 if __name__ == "__main__":

@@ -103,3 +103,27 @@ def test_stack_profile_table_matches_the_profiles():
             assert line is None, stack
             continue
         assert line == "| `%s` | %s |" % (stack, " | ".join(pr.get(k, "-") for k in keys)), stack
+
+
+def test_speed_table_is_the_recorded_bench_output():
+    """The README's speed table is what ``make bench`` last recorded (dse/bench_figures.json), not prose."""
+    from dse.bench import BEGIN, END, ORDER, load_records, render_table
+
+    records = load_records()
+    keys = {r["key"] for r in records}
+    assert set(ORDER) <= keys, f"make bench has not recorded {sorted(set(ORDER) - keys)}"
+    block = README.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+    assert block == render_table(records)
+
+
+def test_save_records_regenerates_only_the_marked_block(tmp_path):
+    from dse.bench import BEGIN, END, record, save_records
+
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{BEGIN}\nold\n{END}\nrest\n", encoding="utf-8")
+    figures = tmp_path / "f.json"
+    save_records([record("a", "bench a", "1 s")], figures, readme)
+    save_records([record("b", "bench b", "2 s"), record("a", "bench a", "3 s")], figures, readme)
+    text = readme.read_text(encoding="utf-8")
+    assert text.startswith("intro\n") and text.endswith(f"{END}\nrest\n")
+    assert "| bench a | 3 s |" in text and "| bench b | 2 s |" in text and "old" not in text
