@@ -61,7 +61,10 @@ class Count(int):
     def __format__(self, spec: str) -> str:
         return self.text if not spec else super().__format__(spec)
 
-    __str__ = __repr__ = lambda self: self.text  # type: ignore[assignment]
+    def __str__(self) -> str:
+        return self.text
+
+    __repr__ = __str__
 
 
 def _count(text: str) -> int:
@@ -410,7 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--calibration", metavar="FILE", help=cal_help)
     ex.set_defaults(func=cmd_explain)
 
-    va = sub.add_parser("validate", help="compare predictions with measured cases (schema: README.md, section 'Case files')")
+    va = sub.add_parser("validate",
+                        help="compare predictions with measured cases (schema: README.md, section 'Case files')")
     va.add_argument("files", nargs="+", help="case CSV files")
     va.add_argument("--max-mape", type=float, default=None, help="exit 1 when a file's MAPE exceeds PCT")
     va.add_argument("--json", action="store_true", help="print JSON for scripts")

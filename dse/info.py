@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 
 from dse.cost.inference import INFER_METRICS
 from dse.cost.serving import SERVE_METRICS
-from dse.dataset import DatasetError, read_spec_file, verified_parts
 from dse.cost.training import TRAIN_METRICS
+from dse.dataset import DatasetError, read_spec_file, verified_parts
 from dse.spec import SpecError
 from dse.sweep import COST_COLUMN
 

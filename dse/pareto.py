@@ -498,8 +498,8 @@ TABLE_SUFFIXES: tuple[str, ...] = (".parquet", ".csv")
 def varying_inputs(frame: pd.DataFrame) -> list[str]:
     """The input columns of a sweep dataset that take more than one value, in the dataset's column order (so a
     front's rows can be read: e.g. ``seq_len`` when the sweep mixes 8192 and 32768)."""
-    from dse.sweep import CATEGORY_COLUMNS, INFER_INPUT_COLUMNS, INPUT_COLUMNS, SERVE_INPUT_COLUMNS
     from dse.hardware.derive import DERIVE_AXES
+    from dse.sweep import CATEGORY_COLUMNS, INFER_INPUT_COLUMNS, INPUT_COLUMNS, SERVE_INPUT_COLUMNS
 
     inputs = {*INPUT_COLUMNS, *INFER_INPUT_COLUMNS, *SERVE_INPUT_COLUMNS, *CATEGORY_COLUMNS, *DERIVE_AXES}
     return [c for c in frame.columns if c in inputs and frame[c].nunique(dropna=False) > 1]

@@ -184,7 +184,7 @@ def config_label(frame: pd.DataFrame) -> pd.Series:
             add(np.char.add(prefix, _int_text(frame[col].to_numpy(dtype=np.float64))))
     if "kv_precision" in frame.columns:
         kv = frame["kv_precision"].astype(str).to_numpy()
-        add(np.char.add("kv-", kv), kv != "auto")
+        add(np.char.add("kv-", kv.astype(str)), kv != "auto")
     return pd.Series(label.astype(str), index=frame.index, dtype=object).str.strip()
 
 

@@ -28,8 +28,8 @@ import yaml
 
 from dse.codes import DECODE_KV_READS, KV_PRECISION, PRECISION
 from dse.cost.inference import INFER_METRICS
-from dse.cost.serving import SERVE_METRICS
 from dse.cost.select import INT_DOMAIN_MAX
+from dse.cost.serving import SERVE_METRICS
 from dse.cost.training import TRAIN_METRICS
 from dse.defaults import CATEGORICAL
 from dse.hardware.catalog import system_names
@@ -379,7 +379,8 @@ def parse_filter(path: str, key: str, text: object, categorical: Mapping[str, tu
             names.add(node.id)
         if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float, str)) \
                 or isinstance(node, ast.Constant) and isinstance(node.value, bool):
-            raise SpecError(f"{path}: {key}: expression {_clip(text)} has constant {node.value!r}; allowed: {FILTER_HELP}")
+            raise SpecError(f"{path}: {key}: expression {_clip(text)} has constant {node.value!r}; "
+                            f"allowed: {FILTER_HELP}")
     if not names:
         raise SpecError(f"{path}: {key}: expression {_clip(text)} names no column; allowed: {FILTER_HELP}")
 

@@ -13,8 +13,8 @@ import pyarrow as pa
 
 from dse import codes
 from dse.cost.inference import INFER_INPUTS, INFER_METRICS, infer_step
-from dse.cost.serving import LIMITS, SERVE_INPUTS, SERVE_METRICS, serve_step
 from dse.cost.select import INT_DOMAIN_MAX
+from dse.cost.serving import LIMITS, SERVE_INPUTS, SERVE_METRICS, serve_step
 from dse.cost.training import DTYPE, TRAIN_INPUTS, TRAIN_METRICS, train_step
 from dse.defaults import CATEGORICAL, fill_defaults
 from dse.grid import Grid

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from dse.cli import main
 from dse.cost.select import INT_DOMAIN_MAX
 from dse.frame import InputError, evaluate
+from dse.grid import Grid
 from dse.spec import SpecError, resolve_spec
 from dse.sweep import evaluate_points
-from dse.grid import Grid
 
 BASE = {"model": "gpt3-175b", "system": "a100-sxm-80gb", "gpus": 1024, "tp": 8, "pp": 8, "global_batch": 1024,
         "seq_len": 2048}

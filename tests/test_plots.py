@@ -200,7 +200,10 @@ def test_standard_figures_from_a_dataset(sweep: pd.DataFrame, tmp_path: Path) ->
         assert len(data) > 0
 
 
-@pytest.mark.parametrize("space", sorted(p.name for p in (Path(__file__).resolve().parents[1] / "spaces").glob("*.yaml")))
+SPACES = sorted(p.name for p in (Path(__file__).resolve().parents[1] / "spaces").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("space", SPACES)
 def test_every_shipped_space_plots(tmp_path, space):
     """Issue 11: every results directory `dse run` can make must plot.  A sample of each shipped space (the
     constraint probe's windows, at most 2^16 points) is written as a dataset and drawn."""

@@ -102,7 +102,7 @@ def test_stack_profile_table_matches_the_profiles():
         if not any(k in pr for k in keys):
             assert line is None, stack
             continue
-        assert line == "| `%s` | %s |" % (stack, " | ".join(pr.get(k, "-") for k in keys)), stack
+        assert line == "| `{}` | {} |".format(stack, " | ".join(pr.get(k, "-") for k in keys)), stack
 
 
 def test_speed_table_is_the_recorded_bench_output():

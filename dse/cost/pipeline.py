@@ -70,13 +70,11 @@ def stage_layers_split(layers: Array, pp: Array, vpp: Array, split: Array, first
     even = layers / pp
     emb = (split == 1).astype(layers.dtype)
     split_edge = pick(emb, (layers + 2.0) / pp - 1.0, even)
-    first = np.where(np.isnan(first_in), split_edge, first_in)
-    last = np.where(np.isnan(last_in), split_edge, last_in)
-    middle = (layers - first - last) / np.maximum(pp - 2.0, 1.0)
+    first_asked: Array = np.where(np.isnan(first_in), split_edge, first_in)
+    last_asked: Array = np.where(np.isnan(last_in), split_edge, last_in)
+    middle: Array = (layers - first_asked - last_asked) / np.maximum(pp - 2.0, 1.0)
     middle = np.where(pp > 2, middle, np.where(pp > 1, 0.0, layers))
-    first = np.where(pp > 1, first, layers)
-    last = np.where(pp > 1, last, layers)
-    return first, middle, last
+    return np.where(pp > 1, first_asked, layers), middle, np.where(pp > 1, last_asked, layers)
 
 
 def inflight_chunk_microbatches(microbatches: Array, pp: Array, vpp: Array, rank: Array) -> Array:

@@ -39,8 +39,14 @@ import numpy as np
 from dse import codes
 from dse.cost import constants as K
 from dse.cost.compute import gemm_bytes, gemm_flops
-from dse.cost.inference import DTYPE, INFER_INPUTS, _infer_reason, _layer_gemms, _rates, kv_bytes_per_value, \
-    serial_roofline_time
+from dse.cost.inference import (
+    INFER_INPUTS,
+    _infer_reason,
+    _layer_gemms,
+    _rates,
+    kv_bytes_per_value,
+    serial_roofline_time,
+)
 from dse.cost.network import allreduce_time, group_links, p2p_time, spans_domains
 from dse.cost.select import pick
 from dse.cost.transformer import expert_params, kv_width, mlp_matrices

@@ -23,8 +23,8 @@ from dse.cost.inference import infer_step
 from dse.cost.training import train_step
 from dse.frame import InputError, infer_inputs, read_yaml, train_inputs
 from dse.hardware import catalog as hwcat
-from dse.validation.fit import nelder_mead
 from dse.stacks import apply_stack
+from dse.validation.fit import nelder_mead
 from dse.validation.validate import METRICS, Assumption, apply_assumptions, read_cases, usable_rows
 
 Overrides = dict[tuple[str, str], float]

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dse.stacks import apply_stack
 from dse.frame import (
     OPTIONAL_KNOBS,
     InputError,
@@ -26,6 +25,7 @@ from dse.frame import (
     evaluate_train,
     read_yaml,
 )
+from dse.stacks import apply_stack
 
 REQUIRED_COLUMNS: tuple[str, ...] = (
     "case", "task", "model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts",
