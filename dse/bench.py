@@ -59,6 +59,7 @@ def random_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], np.nda
     x["pipeline_split"] = rng.choice([0.0, 0.0, 0.0, 1.0], n)
     x["layers_first_stage"] = np.full(n, np.nan)
     x["layers_last_stage"] = np.full(n, np.nan)
+    x["doc_len"] = np.full(n, np.nan)
     assert set(x) == set(TRAIN_INPUTS)
     systems = rng.integers(0, len(hwcat.system_names()), n)
     # the kernel's working precision: the sweep engine decodes grids straight into it (values are small

@@ -36,6 +36,7 @@ EXPLAIN_OPTIONS: dict[str, str] = {
     "finetune": "full|lora|qlora", "lora_rank": "int", "lora_targets": "all|attention|qv",
     "offload": "none|optimizer|all", "zero3_fetch": "prefetch|on_demand",
     "pipeline_split": "even|embedding_loss", "layers_first_stage": "int", "layers_last_stage": "int",
+    "doc_len": "int (mean document length of packed sequences)",
     "stack": "software stack (README: Case files): its profile fills the knobs not given",
     "batch": "int", "input_len": "int", "output_len": "int", "max_num_tokens": "int", "prefill_gpus": "int",
     "prefill_tp": "int",

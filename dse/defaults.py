@@ -64,6 +64,7 @@ DEFAULTS_DOC: dict[str, str] = {
     "zero3_fetch": "prefetch (weights gathered under the previous layer's compute: FSDP2, Megatron-FSDP)",
     "pipeline_split": "even (layers % (pp·vpp) == 0)",
     "layers_first_stage, layers_last_stage": "empty (from pipeline_split)",
+    "doc_len": "empty (one document per sequence: attention over seq_len)",
 }
 
 

@@ -141,7 +141,9 @@ def format_explain(row: pd.Series) -> str:
         f"on {int(row['gpus'])} x {row['system']}: tp={int(row['tp'])} pp={int(row['pp'])} dp={int(row['dp'])} "
         f"cp={int(row['cp'])} ep={int(row['ep'])} vpp={int(row['vpp'])} sp={int(row['sp'])}; "
         f"micro_batch={int(row['micro_batch'])} global_batch={int(row['global_batch'])} "
-        f"seq_len={int(row['seq_len'])}; recompute={row['recompute']} zero={int(row['zero'])} "
+        f"seq_len={int(row['seq_len'])}"
+        + (f" packed, doc_len={int(row['doc_len'])}" if _given(row.get("doc_len")) else "")
+        + f"; recompute={row['recompute']} zero={int(row['zero'])} "
         f"precision={row['precision']} attention={row['attention']} tp_overlap={row['tp_overlap']}"
         + (f"; finetune={row['finetune']} lora_rank={int(row['lora_rank'])} lora_targets={row['lora_targets']}"
            if row.get("finetune", "full") != "full" else "")
@@ -307,3 +309,11 @@ def format_explain_serve(row: pd.Series) -> str:
               f"  {'KV cache in use':<40s} {float(row['kv_cache_bytes']) / 1e9:12.2f} GB",
               f"  {'total':<40s} {float(row['mem_total_bytes']) / 1e9:12.2f} GB of {float(row['hbm_bytes']) / 1e9:.1f}"]
     return "\n".join(lines)
+
+
+def _given(value: object) -> bool:
+    """A cell that holds a number (not empty, not NaN / NA)."""
+    try:
+        return bool(np.isfinite(float(value)))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False

@@ -30,7 +30,7 @@ TRAIN_COLUMNS = ("sp", "micro_batch", "global_batch", "seq_len", "recompute", "z
 #: Knobs of this model that the reference schema does not have; a table may add them as columns.
 OPTIONAL_KNOBS = ("attention", "tp_overlap", "dp_overlap", "pp_overlap", "tied_embeddings", "lora_targets", "offload",
                   "decode_kv_reads", "prefill_gpus", "prefill_tp",
-                  "zero3_fetch", "pipeline_split", "layers_first_stage", "layers_last_stage")
+                  "zero3_fetch", "pipeline_split", "layers_first_stage", "layers_last_stage", "doc_len")
 
 #: Integer columns: (minimum allowed value).
 INTEGER_MIN: dict[str, int] = {
@@ -38,7 +38,7 @@ INTEGER_MIN: dict[str, int] = {
     "top_k": 1, "gpus": 1, "tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": 1,
     "global_batch": 1, "seq_len": 1, "sp": 0, "zero": 0, "dp_overlap": 0, "pp_overlap": 0,
     "tied_embeddings": 0, "batch": 1, "input_len": 1, "output_len": 0, "lora_rank": 1, "max_num_tokens": 1,
-    "layers_first_stage": 0, "layers_last_stage": 0, "prefill_gpus": 1, "prefill_tp": 1,
+    "layers_first_stage": 0, "layers_last_stage": 0, "prefill_gpus": 1, "prefill_tp": 1, "doc_len": 1,
 }
 INTEGER_MAX: dict[str, int] = {"sp": 1, "zero": 3, "dp_overlap": 1, "pp_overlap": 1, "tied_embeddings": 1}
 #: Every other integer column: at most INT_DOMAIN_MAX (2^24 − 1, the float32 kernels' exact range; see
@@ -280,12 +280,12 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     optional = ("kv_heads", "ffn_hidden", "experts", "top_k", "cp", "ep", "vpp", "micro_batch", "sp", "zero", "dp",
                 "gpus", "dp_overlap", "pp_overlap", "tied_embeddings", "mlp", "recompute", "precision", "attention",
                 "tp_overlap", "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch", "pipeline_split",
-                "layers_first_stage", "layers_last_stage")
+                "layers_first_stage", "layers_last_stage", "doc_len")
     work = frame.assign(**{k: column_or_empty(k) for k in optional})
     ints = {k: _integers(work, k, source).to_numpy() for k in (
         "kv_heads", "ffn_hidden", "experts", "top_k", "cp", "ep", "vpp", "micro_batch", "sp", "zero", "dp",
         "gpus", "dp_overlap", "pp_overlap", "tied_embeddings", "lora_rank", "layers_first_stage",
-        "layers_last_stage")}
+        "layers_last_stage", "doc_len")}
 
     both_missing = np.isnan(ints["dp"]) & np.isnan(ints["gpus"])
     if both_missing.any():
@@ -307,7 +307,8 @@ def resolved_inputs(x: Mapping[str, np.ndarray], index: pd.Index) -> pd.DataFram
     out = pd.DataFrame({k: np.asarray(v) for k, v in x.items()}, index=index)
     for col, vocab in CATEGORICAL.items():
         out[col] = codes.decode(out[col].to_numpy(), vocab)
-    nullable = [c for c in ("layers_first_stage", "layers_last_stage") if c in out.columns]  # empty: from the split
+    # empty: from the split / not packed
+    nullable = [c for c in ("layers_first_stage", "layers_last_stage", "doc_len") if c in out.columns]
     ints = [c for c in out.columns if c not in CATEGORICAL and c not in nullable]
     out[ints] = out[ints].astype(np.int64)
     out[nullable] = out[nullable].astype("Int64")

@@ -47,7 +47,7 @@ INT_AXES: dict[str, tuple[int, int | None]] = {
     "gpus": (1, None), "dp": (1, None), "tp": (1, None), "pp": (1, None), "cp": (1, None), "ep": (1, None),
     "vpp": (1, None), "micro_batch": (1, None), "global_batch": (1, None), "seq_len": (1, None),
     "sp": (0, 1), "zero": (0, 3), "dp_overlap": (0, 1), "pp_overlap": (0, 1), "lora_rank": (1, None),
-    "layers_first_stage": (0, None), "layers_last_stage": (0, None),
+    "layers_first_stage": (0, None), "layers_last_stage": (0, None), "doc_len": (1, None),
 }
 #: Categorical axes (besides model and system) and their vocabularies.
 CAT_AXES: dict[str, tuple[str, ...]] = {**{k: v for k, v in CATEGORICAL.items() if k != "mlp"},

@@ -96,7 +96,7 @@ def configs(draw):
         "lora_targets": draw(st.integers(0, 2)), "offload": draw(st.sampled_from([0, 0, 1, 2])),
         "zero3_fetch": draw(st.sampled_from([0, 0, 1])),
         "pipeline_split": draw(st.sampled_from([0, 0, 1])), "layers_first_stage": np.nan,
-        "layers_last_stage": np.nan,
+        "layers_last_stage": np.nan, "doc_len": np.nan,
     }
     system = SYSTEMS.index(draw(st.sampled_from(["a100-sxm-80gb", "h100-sxm-80gb", "b200", "gb200-nvl72"])))
     return x, system

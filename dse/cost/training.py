@@ -80,7 +80,7 @@ TRAIN_INPUTS: tuple[str, ...] = (
     "tied_embeddings", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "micro_batch", "global_batch",
     "seq_len", "recompute", "zero", "precision", "attention", "tp_overlap", "dp_overlap", "pp_overlap",
     "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch", "pipeline_split", "layers_first_stage",
-    "layers_last_stage",
+    "layers_last_stage", "doc_len",
 )
 
 #: Metric outputs (NaN on configurations that do not divide).
@@ -156,6 +156,17 @@ def train_step(inputs: Mapping[str, object], hw: Mapping[str, object],
     result["fits"] = (ok & ~exceeds).reshape(shape)
     result["reason"] = np.where(exceeds, codes.REASON_CODE["exceeds_hbm"], reason).astype(np.int16).reshape(shape)
     return result
+
+
+def attention_span(seq_len: Array, doc_len: Array) -> Array:
+    """Keys each query attends over (before the causal halving): the sequence length, or, for packed
+    sequences, the mean document length ``doc_len`` (NaN: not packed; above ``seq_len``: one document).
+
+    With documents of lengths l_i packed into s = sum(l_i) tokens and attention masked per document, the
+    score and context FLOPs are sum(4·l_i²·h)/2 = 4·s·h·E[l²]/E[l]/2 per layer; for documents of one length
+    E[l²]/E[l] = doc_len.  The same per-token term, 4·span·h, enters the model FLOPs (Korthikanti 2022 Eq. 7
+    with s → span), so MFU counts the attention the run executes, as NeMo's fine-tuning tables do."""
+    return np.where(np.isnan(doc_len), seq_len, np.minimum(doc_len, seq_len))
 
 
 def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one formula, read top to bottom
@@ -247,7 +258,11 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
         gemm_bwd, wgrad = 2.0 * gemm_fwd, gemm_fwd
 
     # ---- attention core ---------------------------------------------------------------------------------
-    flash_fwd = K.CAUSAL_FRACTION * 4.0 * b * (s / c) * s * h / t / hw["attention_rate"]
+    # Packed sequences (several documents of mean length doc_len in one sequence of s tokens, attention masked
+    # per document: cu_seqlens / THD layout in flash attention and cuDNN) attend over doc_len keys per query
+    # instead of s; a fused kernel skips the masked blocks, an unfused one still computes the full s x s.
+    span = attention_span(s, x["doc_len"])
+    flash_fwd = K.CAUSAL_FRACTION * 4.0 * b * (s / c) * span * h / t / hw["attention_rate"]
     scores = b * (a / t) * s * s
     std_fwd = 4.0 * b * s * s * h / t / rate16 + K.STANDARD_ATTENTION_FWD_BYTES * scores / mem_rate
     std_bwd = 8.0 * b * s * s * h / t / rate16 + K.STANDARD_ATTENTION_BWD_BYTES * scores / mem_rate
@@ -428,13 +443,13 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     tokens = B * s
     params_total = L * (p_attn + E * p_one_expert + p_router) + V * h * (1.0 + untied)
     p_active = p_attn + kk * p_one_expert + p_router
-    mflops = model_flops_per_token(L, p_active, s, h, V) * tokens
+    mflops = model_flops_per_token(L, p_active, span, h, V) * tokens
     # LoRA / QLoRA execute the forward and the input gradient of the frozen model (2/3 of full training's
     # FLOPs, no weight gradient) plus forward and both gradients of the adapters
     if any_peft:
         adapter_flops = 3.0 * L * gemm_flops(1.0, r, attn_io + mlp_io * kk) * tokens
         mflops = pick(peft, mflops * (2.0 / 3.0) + adapter_flops, mflops)
-    hflops = mflops + recompute_flops_per_token(L, p_active, s, h, full, selective) * tokens
+    hflops = mflops + recompute_flops_per_token(L, p_active, span, h, full, selective) * tokens
     gpu_seconds = step * gpus
 
     out: dict[str, Array] = {
