@@ -333,12 +333,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = args.output or f"results/{spec.name}"
     print(f"{args.spec}: {spec.size:,} points in {len(spec.grids)} sub-grid(s) -> {out}", flush=True)
     plan = prepare(spec, out, part_size=int(args.chunk_size), max_points=int(max_points),
-                   resume=args.resume, feasible_only=args.feasible_only)
+                   resume=args.resume, feasible_only=args.feasible_only, keep=args.keep)
     stats = run(plan, jobs=args.jobs, backend=args.backend, scheduler=args.scheduler,
-                feasible_only=args.feasible_only, progress=None if not args.quiet else False, resume=args.resume)
+                progress=None if not args.quiet else False, resume=args.resume)
     rate = stats["points"] / stats["seconds"] if stats["seconds"] > 0 else float("inf")
-    print(f"{out}: {stats['parts']} part(s), {stats['points']:,} points evaluated, {stats['rows']:,} rows written in "
-          f"{stats['seconds']:.2f} s ({rate:,.0f} points/s)")
+    kept = "" if plan.keep.kind == "all" else f" (--keep {plan.keep.text})"
+    print(f"{out}: {stats['parts']} part(s), {stats['points']:,} points evaluated, {stats['rows']:,} rows "
+          f"{'kept' if plan.keep.reduces else 'written'}{kept} in {stats['seconds']:.2f} s ({rate:,.0f} points/s)")
     return 0
 
 
@@ -444,7 +445,12 @@ def build_parser() -> argparse.ArgumentParser:
     ru.add_argument("--backend", choices=("loky", "dask"), default="loky", help="joblib backend")
     ru.add_argument("--scheduler", help="Dask scheduler address tcp://host:port (default: a local cluster)")
     ru.add_argument("--resume", action="store_true", help="evaluate only the parts missing from -o")
-    ru.add_argument("--feasible-only", action="store_true", help="write only rows that divide and fit")
+    ru.add_argument("--feasible-only", action="store_true", help="write only rows that divide and fit (= --keep "
+                    "feasible)")
+    ru.add_argument("--keep", default=None, metavar="MODE",
+                    help="what the dataset keeps: all (default), feasible, pareto:COL:min|max,COL:min|max[,by=COL+COL] "
+                    "or top:K:COL[:min|max][,by=COL+COL]; each part reduces its rows, a final merge reduces across "
+                    "parts")
     ru.add_argument("--max-points", type=_count, default=None, metavar="N",
                     help="refuse grids larger than this (default 1e9; 1e9, 10**9 and 1000000000 all work)")
     ru.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

@@ -38,6 +38,8 @@ def format_info(path: str | Path, metric: str = "step_time_s", top: int = 10, by
     lines = [f"{root}: spec {meta.get('source')} (digest {meta.get('spec_digest')}), dse {meta.get('dse_version')}, "
              f"created {meta.get('created')}",
              f"grid points {meta.get('points', 0):,}; parts {len(parts)} of {meta.get('parts')}; rows {rows:,}"]
+    if meta.get("keep", "all") != "all":
+        lines.append(f"kept: --keep {meta['keep']} (the rows are that reduction of the grid, not every point)")
     if not parts:
         return "\n".join(lines)
     schema = pq.read_schema(parts[0])

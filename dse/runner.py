@@ -9,6 +9,7 @@ the package version and the creation time in its Parquet key-value metadata.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ import yaml
 from dse import __version__
 from dse.dataset import LOCK_FILE, SPEC_FILE, check_part, lock_directory, read_spec_file, verified_parts
 from dse.grid import Grid
+from dse.keep import Keep, KeepError, keep_mask, parse_keep, reduce_table
 from dse.spec import Spec, SpecError
 from dse.sweep import evaluate_points, parquet_options
 
@@ -57,6 +59,7 @@ class RunPlan:
     out_dir: Path
     part_size: int
     n_points: int
+    keep: Keep = Keep("all")
 
     @property
     def n_parts(self) -> int:
@@ -77,14 +80,39 @@ def metadata(spec: Spec, created: str) -> dict[str, str]:
 def write_part(plan: RunPlan, i: int, created: str, feasible_only: bool) -> tuple[int, int, int]:
     """Evaluate part ``i`` and write it atomically; returns (part, points, rows written)."""
     start, stop = plan.part_range(i)
-    table = evaluate_points(plan.spec, Grid(plan.spec), start, stop, feasible_only)
+    table = evaluate_points(plan.spec, Grid(plan.spec), start, stop, feasible_only or plan.keep.feasible_only)
+    table = reduce_table(table, plan.keep)
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata(plan.spec, created),
                                            "dse.part": str(i), "dse.points": f"{start}-{stop}"})
+    _write_atomic(plan, i, table)
+    return i, stop - start, table.num_rows
+
+
+def _write_atomic(plan: RunPlan, i: int, table: pa.Table) -> None:
     final = plan.part_path(i)
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     pq.write_table(table, tmp, **parquet_options(plan.spec))
     os.replace(tmp, final)
-    return i, stop - start, table.num_rows
+
+
+def merge_parts(plan: RunPlan) -> int:
+    """The --keep reduction across the parts: rewrite (atomically) each part that holds rows the global
+    reduction drops; returns the rows kept.  Idempotent (see :mod:`dse.keep`)."""
+    if not plan.keep.reduces:
+        return -1
+    tables = [pq.read_table(plan.part_path(i)) for i in range(plan.n_parts)]
+    sizes = [t.num_rows for t in tables]
+    merged = pa.concat_tables(tables) if tables else None
+    if merged is None:
+        return 0
+    mask = keep_mask(merged, plan.keep)
+    offset = 0
+    for i, (table, n) in enumerate(zip(tables, sizes, strict=True)):
+        part_mask = mask[offset:offset + n]
+        offset += n
+        if not part_mask.all():
+            _write_atomic(plan, i, table.filter(pa.array(part_mask)))
+    return int(mask.sum())
 
 
 def _probe_windows(n_points: int) -> list[tuple[int, int]]:
@@ -145,29 +173,57 @@ def _check_existing(plan: RunPlan, resume: bool, feasible_only: bool) -> None:
     if not (target / SPEC_FILE).exists():
         raise RunError(f"{target}: has no {SPEC_FILE}, so it was not written by `dse run`; allowed: another -o")
     previous = read_spec_file(target)
+    kept = previous.get("keep", "feasible" if previous.get("feasible_only", False) else "all")
     same = (previous.get("spec_digest") == plan.spec.digest() and previous.get("part_size") == plan.part_size
-            and previous.get("feasible_only", False) == feasible_only)
+            and kept == plan.keep.text)
     if not same:
-        raise RunError(f"{target}: holds a sweep of a different spec or part size (spec "
-                       f"{previous.get('spec_digest')}, part size {previous.get('part_size')}); allowed: the same "
-                       "spec and --chunk-size, or another -o")
+        raise RunError(f"{target}: holds a sweep of a different spec, part size or --keep (spec "
+                       f"{previous.get('spec_digest')}, part size {previous.get('part_size')}, keep {kept}); "
+                       "allowed: the same spec, --chunk-size and --keep, or another -o")
 
 
 def prepare(spec: Spec, out_dir: str | Path, part_size: int = DEFAULT_PART_SIZE,
-            max_points: int = DEFAULT_MAX_POINTS, resume: bool = False, feasible_only: bool = False) -> RunPlan:
-    """Check everything that can make the sweep fail before any file is written; return the plan."""
+            max_points: int = DEFAULT_MAX_POINTS, resume: bool = False, feasible_only: bool = False,
+            keep: str | Keep | None = None) -> RunPlan:
+    """Check everything that can make the sweep fail before any file is written; return the plan.
+
+    ``keep``: what the dataset keeps (:mod:`dse.keep`; ``feasible_only`` is ``keep="feasible"``)."""
     check_options(part_size=part_size, max_points=max_points)
+    kept = _parse_keep(spec, keep, feasible_only)
+    feasible_only = kept.feasible_only
     n = spec.size
     if n > max_points:
         raise RunError(f"{spec.path}: the grid has {n:,} points, more than --max-points {max_points:,}; allowed: "
                        "a smaller grid (fewer axis values or sub-grids) or a larger --max-points")
-    plan = RunPlan(spec, Path(out_dir), part_size, n)
+    plan = RunPlan(spec, Path(out_dir), part_size, n, kept)
     _check_output_path(plan.out_dir)
     _check_existing(plan, resume, feasible_only)
     if not _check_any_point(plan, feasible_only):
         print(f"{spec.path}: note: no point of a {PROBE_POINTS:,}-point sample of the {n:,} passes the constraints; "
               "running anyway (the dataset may be empty)", file=sys.stderr)
     return plan
+
+
+def _parse_keep(spec: Spec, keep: str | Keep | None, feasible_only: bool) -> Keep:
+    from dse.sweep import schema
+
+    if keep is None:
+        keep = "feasible" if feasible_only else "all"
+    sch = schema(spec)
+    try:
+        kept = keep if isinstance(keep, Keep) else parse_keep(keep, sch.names)
+    except KeepError as exc:
+        raise RunError(f"{spec.path}: {exc}") from exc
+    for col, _ in kept.objectives:
+        typ = sch.field(col).type
+        if not (pa.types.is_integer(typ) or pa.types.is_floating(typ)):
+            numeric = [f.name for f in sch if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)]
+            raise RunError(f"{spec.path}: --keep: objective column {col!r} in {kept.text!r} is not numeric; "
+                           f"allowed: {', '.join(numeric)}")
+    if feasible_only and kept.kind == "all":
+        raise RunError(f"{spec.path}: --feasible-only with --keep all; allowed: one of them (--feasible-only is "
+                       "--keep feasible)")
+    return kept
 
 
 def _check_output_path(target: Path) -> None:
@@ -190,7 +246,7 @@ def _write_spec_file(plan: RunPlan, created: str, feasible_only: bool) -> bool:
         return False
     doc = {"spec": plan.spec.resolved, "spec_digest": plan.spec.digest(), "source": plan.spec.path,
            "dse_version": __version__, "created": created, "points": plan.n_points, "part_size": plan.part_size,
-           "parts": plan.n_parts, "feasible_only": feasible_only}
+           "parts": plan.n_parts, "feasible_only": plan.keep.feasible_only, "keep": plan.keep.text}
     tmp = spec_file.with_name(f".{SPEC_FILE}.tmp-{os.getpid()}")
     tmp.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     os.replace(tmp, spec_file)
@@ -239,6 +295,9 @@ def run(plan: RunPlan, jobs: int = -1, backend: str = "loky", scheduler: str | N
     from joblib import Parallel, delayed, parallel_config
 
     check_options(jobs=jobs, part_size=plan.part_size, backend=backend)
+    if feasible_only and plan.keep.kind == "all":  # the older flag on a plan made without --keep
+        plan = dataclasses.replace(plan, keep=Keep("feasible", text="feasible"))
+    feasible_only = plan.keep.feasible_only
     say = report or (lambda msg: print(msg, file=sys.stderr))
     client = _dask_client(scheduler, jobs) if backend == "dask" else None
     created_top = None
@@ -278,10 +337,14 @@ def run(plan: RunPlan, jobs: int = -1, backend: str = "loky", scheduler: str | N
                                                                                                n_jobs=jobs)
         with config:
             par = Parallel(n_jobs=jobs if backend == "loky" else -1, return_as="generator_unordered")
-            for _, points, written in par(delayed(write_part)(plan, i, created, feasible_only) for i in todo):
+            # workers get absolute paths: a reused loky worker keeps the working directory it started in
+            abs_plan = dataclasses.replace(plan, out_dir=plan.out_dir.absolute())
+            for _, points, written in par(delayed(write_part)(abs_plan, i, created, feasible_only) for i in todo):
                 rows += written
                 done += 1
                 bar.update(points)
+        if plan.keep.reduces and not missing_parts(plan):
+            rows = merge_parts(plan)
     except BaseException:
         if done == 0 and wrote_spec and not any(plan.out_dir.glob("part-*.parquet")):  # nothing to resume
             if created_top is not None:

@@ -1,0 +1,138 @@
+"""Issue 12: ``dse run --keep`` reductions equal the same reduction of a full run (and of ``dse pareto``), also
+after a kill -9 and ``--resume``, and a bad --keep value is an exit 2 that writes nothing."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from dse.cli import main
+from dse.dataset import read_spec_file
+from dse.pareto import pareto_front
+from tests.test_runner import SMALL
+
+REPO = Path(__file__).resolve().parents[1]
+SPEC = dict(SMALL, name="keep")
+PARETO = "pareto:step_time_s:min,gpus:min,mem_total_bytes:min,by=model"
+TOP = "top:3:tokens_per_s_per_gpu,by=model+system"
+
+
+def _cmd(spec_path: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "dse.cli", "run", str(spec_path), "-o", str(out), "--jobs", "1",
+            "--chunk-size", "100", "-q", *extra]
+
+
+@pytest.fixture(scope="module")
+def spec_path(tmp_path_factory) -> Path:
+    p = tmp_path_factory.mktemp("keep") / "keep.yaml"
+    p.write_text(yaml.safe_dump(SPEC))
+    return p
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory, spec_path) -> pd.DataFrame:
+    out = tmp_path_factory.mktemp("full") / "all"
+    assert main(["run", str(spec_path), "-o", str(out), "--jobs", "1", "--chunk-size", "100", "-q"]) == 0
+    return pd.read_parquet(out)
+
+
+def _points(frame: pd.DataFrame) -> list[int]:
+    return sorted(frame["point"].tolist())
+
+
+def _expected_top(full: pd.DataFrame, k: int, metric: str, by: list[str]) -> list[int]:
+    ok = full[full["fits"] & np.isfinite(full[metric])]
+    ranked = ok.sort_values(by + [metric, "point"], ascending=[True] * len(by) + [False, True], kind="stable")
+    return _points(ranked.groupby(by, observed=True).head(k))
+
+
+def _run(spec_path: Path, out: Path, keep: str) -> pd.DataFrame:
+    assert main(["run", str(spec_path), "-o", str(out), "--jobs", "1", "--chunk-size", "100", "-q",
+                 "--keep", keep]) == 0
+    return pd.read_parquet(out)
+
+
+def test_keep_feasible_is_the_fitting_rows(tmp_path, spec_path, full):
+    kept = _run(spec_path, tmp_path / "f", "feasible")
+    assert _points(kept) == _points(full[full["fits"]])
+
+
+def test_keep_pareto_equals_the_front_of_a_full_run(tmp_path, spec_path, full):
+    kept = _run(spec_path, tmp_path / "p", PARETO)
+    objectives = ["step_time_s:min", "gpus:min", "mem_total_bytes:min"]
+    assert 0 < len(kept) < full["fits"].sum()
+    assert _points(kept) == _points(pareto_front(full, objectives, by="model"))
+    assert read_spec_file(tmp_path / "p")["keep"] == PARETO
+    # and dse pareto of the reduced dataset finds the same front
+    front = tmp_path / "front.csv"
+    assert main(["pareto", str(tmp_path / "p"), "--objectives", *objectives, "--by", "model", "-o", str(front)]) == 0
+    assert _points(pd.read_csv(front)) == _points(kept)
+
+
+def test_keep_top_equals_the_best_rows_of_a_full_run(tmp_path, spec_path, full):
+    kept = _run(spec_path, tmp_path / "t", TOP)
+    assert _points(kept) == _expected_top(full, 3, "tokens_per_s_per_gpu", ["model", "system"])
+    assert len(kept) == 3 * full[["model", "system"]].drop_duplicates().shape[0]
+    lowest = _run(spec_path, tmp_path / "t2", "top:2:step_time_s")  # no groups, min by default
+    ok = full[full["fits"]].sort_values(["step_time_s", "point"])
+    assert _points(lowest) == _points(ok.head(2))
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_keep_survives_kill_9_and_resume(tmp_path, spec_path, full, seed):
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(_cmd(spec_path, out, "--keep", PARETO), cwd=REPO, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(random.Random(seed).uniform(0.5, 2.5))
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    extra = ("--resume",) if (out / "_spec.yaml").exists() else ()
+    res = subprocess.run(_cmd(spec_path, out, "--keep", PARETO, *extra), cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    front = pareto_front(full, ["step_time_s:min", "gpus:min", "mem_total_bytes:min"], by="model")
+    assert _points(pd.read_parquet(out)) == _points(front)
+
+
+def test_merge_is_idempotent_on_a_half_merged_dataset(tmp_path, spec_path, full):
+    """A kill during the merge leaves some parts globally reduced and others only locally: resuming merges
+    again and ends with the same rows."""
+    from dse.runner import prepare, run
+    from dse.spec import load_spec
+
+    out = tmp_path / "half"
+    spec = load_spec(spec_path)
+    plan = prepare(spec, out, part_size=100, keep=TOP)
+    run(plan, jobs=1, progress=False)
+    once = _points(pd.read_parquet(out))
+    (out / "part-00003.parquet").unlink()  # recomputed locally reduced, then merged again
+    run(prepare(spec, out, part_size=100, keep=TOP, resume=True), jobs=1, progress=False)
+    assert _points(pd.read_parquet(out)) == once
+
+
+@pytest.mark.parametrize("value", ["pareto", "pareto:step_time_s", "pareto:nope:min", "top:0:mfu", "top:3",
+                                   "top:x:mfu", "top:3:mfu:up", "best", "feasible:1", "pareto:model:min"])
+def test_bad_keep_values_exit_2_and_write_nothing(tmp_path, spec_path, capsys, value):
+    out = tmp_path / "bad"
+    assert main(["run", str(spec_path), "-o", str(out), "-q", "--keep", value]) == 2
+    assert "--keep" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_resume_with_another_keep_is_refused(tmp_path, spec_path):
+    out = tmp_path / "r"
+    assert main(["run", str(spec_path), "-o", str(out), "--jobs", "1", "-q", "--keep", "feasible"]) == 0
+    assert main(["run", str(spec_path), "-o", str(out), "--jobs", "1", "-q", "--keep", TOP, "--resume"]) == 2
