@@ -15,6 +15,7 @@ import resource
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -122,7 +123,8 @@ def _tree_rss_bytes(root: int) -> int:
     return total
 
 
-def sweep_bench(spec_data: dict, jobs: int, label: str) -> dict[str, float]:
+def sweep_bench(spec_data: dict, jobs: int, label: str, keep: str | None = None,
+                inspect: Any = None) -> dict[str, Any]:
     """Run a sweep spec end to end (grid → kernel → Parquet) and sample the process tree's peak RSS."""
     import shutil
     import tempfile
@@ -145,14 +147,15 @@ def sweep_bench(spec_data: dict, jobs: int, label: str) -> dict[str, float]:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        plan = prepare(spec, out)
+        plan = prepare(spec, out, keep=keep)
         stats = run_sweep(plan, jobs=jobs, progress=False)
+        extra = inspect(out) if inspect is not None else {}
     finally:
         done.set()
         sampler.join()
         size = sum(p.stat().st_size for p in out.glob("*.parquet")) if out.exists() else 0
         shutil.rmtree(out.parent, ignore_errors=True)
-    return {**stats, "peak_rss_bytes": peak[0], "bytes_written": size, "grid_points": spec.size}
+    return {**stats, **extra, "peak_rss_bytes": peak[0], "bytes_written": size, "grid_points": spec.size}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,13 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="time the best of R runs")
     parser.add_argument("--sweep-jobs", type=int, default=2, help="workers for the end-to-end sweep benchmarks")
     parser.add_argument("--no-sweep", action="store_true", help="only the kernel benchmark")
+    parser.add_argument("--no-1e9", action="store_true", help="skip the 10^9-point co-design run (~8 minutes)")
     parser.add_argument("--no-record", action="store_true",
                         help=f"do not write {FIGURES_FILE.name} and the README's speed table")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     records: list[dict[str, str]] = []
     if not args.no_sweep:
-        records += run_sweep_benchmarks(args.sweep_jobs)
+        records += run_sweep_benchmarks(args.sweep_jobs, args.no_1e9)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, as the target says
     for divisible, key, label in ((False, "train_random", "random configurations"),
@@ -201,7 +205,63 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_sweep_benchmarks(jobs: int) -> list[dict[str, str]]:
+def keep_benchmarks(jobs: int, base: dict, skip_1e9: bool) -> list[dict[str, str]]:
+    """--keep pareto: points/s on the benchmark space; on a ~10^7-point sub-space of the co-design space the
+    kept front is checked against the front of a --keep all run; then the 10^9-point space's wall time."""
+    import pandas as pd
+
+    from dse.pareto import pareto_front
+
+    records = []
+    keep = "pareto:step_time_s:min,gpus:min,by=global_batch"
+    res = sweep_bench(base, jobs, str(BENCH_SPEC), keep=keep)
+    print(f"sweep --keep {keep}, {jobs} workers: {res['grid_points']:,} points, {res['rows']:,} rows kept in "
+          f"{res['seconds']:.2f} s = {res['points'] / res['seconds']:,.0f} points/s; peak RSS "
+          f"{res['peak_rss_bytes'] / 2**20:,.0f} MiB", flush=True)
+    records.append(record(
+        "sweep_keep_pareto", f"sweep, {jobs} workers, same space with `--keep {keep}`",
+        f"{sci(res['points'] / res['seconds'])} points/s ({res['seconds']:.1f} s, {res['rows']:,} rows kept), "
+        f"peak RSS of all processes {mib(res['peak_rss_bytes'])}"))
+
+    codesign = yaml.safe_load(CODESIGN_SPEC.read_text(encoding="utf-8"))
+    objectives = ["step_time_s:min", "energy_per_token_j:min", "gpus:min"]
+    keep = "pareto:" + ",".join(objectives) + ",by=model"
+    sub = {**codesign, "name": "codesign-1e7", "grid": {**codesign["grid"], "node": "n5", "memory_tech": "hbm3e",
+                                                         "scaleout_tech": "ib-ndr"}}
+    columns = ["point", "model", "fits", "step_time_s", "energy_per_token_j", "gpus"]
+
+    def front_points(out: Path) -> dict[str, Any]:
+        frame = pd.read_parquet(out, columns=columns)
+        return {"front": sorted(pareto_front(frame, objectives, by="model")["point"].tolist())}
+
+    def kept_points(out: Path) -> dict[str, Any]:
+        return {"front": sorted(pd.read_parquet(out, columns=["point"])["point"].tolist())}
+
+    full = sweep_bench(sub, jobs, "codesign 1e7 --keep all", inspect=front_points)
+    kept = sweep_bench(sub, jobs, "codesign 1e7 --keep pareto", keep=keep, inspect=kept_points)
+    same = full["front"] == kept["front"]
+    print(f"co-design sub-space {full['grid_points']:,} points: --keep all {full['seconds']:.1f} s, --keep pareto "
+          f"{kept['seconds']:.1f} s; kept front {len(kept['front'])} rows, "
+          f"{'EQUAL to' if same else 'DIFFERENT from'} the front of the full run", flush=True)
+    records.append(record(
+        "keep_equals_full", f"`--keep {keep}` on a {sci(full['grid_points'])}-point sub-space of "
+        f"`{CODESIGN_SPEC.name}` against the front of its `--keep all` run",
+        f"{'equal' if same else 'DIFFERENT'} ({len(kept['front'])} rows); {full['seconds']:.1f} s with every row "
+        f"written, {kept['seconds']:.1f} s reduced"))
+    if not skip_1e9:
+        res = sweep_bench(codesign, jobs, str(CODESIGN_SPEC), keep=keep)
+        print(f"10^9 space {CODESIGN_SPEC.name}: {res['grid_points']:,} points --keep {keep}, {res['rows']:,} rows "
+              f"kept in {res['seconds']:.0f} s = {res['points'] / res['seconds']:,.0f} points/s; peak RSS of all "
+              f"processes {res['peak_rss_bytes'] / 2**20:,.0f} MiB", flush=True)
+        records.append(record(
+            "codesign_1e9", f"`{CODESIGN_SPEC.name}`: {sci(res['grid_points'])} points, {jobs} workers, "
+            f"`--keep {keep}`",
+            f"{res['seconds'] / 60:.1f} min ({sci(res['points'] / res['seconds'])} points/s, {res['rows']:,} rows "
+            f"kept), peak RSS of all processes {mib(res['peak_rss_bytes'])}"))
+    return records
+
+
+def run_sweep_benchmarks(jobs: int, skip_1e9: bool = False) -> list[dict[str, str]]:
     """End-to-end sweeps (run first, while this process is still small, so the RSS figures are the engine's)."""
     records = []
     base = yaml.safe_load(BENCH_SPEC.read_text(encoding="utf-8"))
@@ -224,6 +284,7 @@ def run_sweep_benchmarks(jobs: int) -> list[dict[str, str]]:
         "(`task: serve`, 4 models × 6 systems, half under a request rate)",
         f"{sci(res['points'] / res['seconds'])} points/s ({res['seconds']:.1f} s), "
         f"peak RSS of all processes {mib(res['peak_rss_bytes'])}"))
+    records += keep_benchmarks(jobs, base, skip_1e9)
     sizes = []
     for target in (10**6, 10**7, 10**8):
         spec = scaled_spec(base, target)
@@ -277,8 +338,8 @@ def record(key: str, benchmark: str, result: str) -> dict[str, str]:
 FIGURES_FILE = Path(__file__).resolve().parent / "bench_figures.json"
 README = Path(__file__).resolve().parents[1] / "README.md"
 #: Row order of the README's table (keys not listed go last, in the order measured).
-ORDER = ("train_random", "train_divisible", "serve_random", "table_evaluate", "sweep_train", "sweep_serve",
-         "sweep_memory", "pareto_2", "pareto_3")
+ORDER = ("train_random", "train_divisible", "serve_random", "table_evaluate", "sweep_train", "sweep_keep_pareto",
+         "sweep_serve", "sweep_memory", "keep_equals_full", "codesign_1e9", "pareto_2", "pareto_3")
 BEGIN, END = "<!-- bench-table: generated by make bench from dse/bench_figures.json -->", "<!-- /bench-table -->"
 
 
@@ -319,6 +380,7 @@ def save_records(new: list[dict[str, str]], path: Path = FIGURES_FILE, readme: P
 
 
 BENCH_SPEC = Path(__file__).resolve().parents[1] / "spaces" / "gpt3-175b-a100-1024-10m.yaml"
+CODESIGN_SPEC = Path(__file__).resolve().parents[1] / "spaces" / "technology-codesign-1e9.yaml"
 #: A serving space of ~1.3e6 points: 4 models x 6 systems x layouts x engine limits x lengths x precisions x rates.
 SERVE_BENCH_SPEC = {
     "name": "serve-bench", "task": "serve",

@@ -352,7 +352,8 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_pareto(args: argparse.Namespace) -> int:
-    from dse.pareto import format_front, parse_objectives, run_pareto
+    from dse.pareto import parse_objectives
+    from dse.pareto_report import format_front, run_pareto
 
     try:
         objectives = parse_objectives(args.objectives)

@@ -16,12 +16,16 @@ import fcntl
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow.parquet as pq
 import yaml
 
 from dse.spec import SpecError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 LOCK_FILE = ".dse.lock"
 #: The resolved spec beside the parts; the leading underscore makes pd.read_parquet(dir) skip it.
@@ -155,3 +159,27 @@ def verified_parts(directory: str | Path) -> list[Path]:
         if why is not None:
             raise DatasetError(f"{p}: bad part: {why}; allowed: `dse run SPEC -o {root} --resume` recomputes it")
     return parts
+
+
+def load_results(path: str | Path, feasible_only: bool = True) -> pd.DataFrame:
+    """A sweep dataset (``results/NAME``, or one Parquet file), only the rows that fit when ``feasible_only``
+    (read with predicate push-down).  Raises ``ValueError`` when the path holds no dataset."""
+    import pyarrow.dataset as ds
+
+    root = Path(path)
+    if not root.exists():
+        raise ValueError(f"{root}: no such results directory")
+    if root.is_dir() and (root / SPEC_FILE).exists():
+        try:
+            files = verified_parts(root)  # a sweep: every part checked, a bad one named
+        except DatasetError as exc:
+            raise ValueError(str(exc)) from exc
+    else:
+        files = [root] if root.is_file() else sorted(p for p in root.glob("*.parquet")
+                                                     if not p.name.startswith(("_", ".")))
+    if not files:
+        raise ValueError(f"{root}: no Parquet part in this directory (write one with `dse run`)")
+    dataset = ds.dataset([str(f) for f in files], format="parquet")  # only the parts, whatever else lies there
+    feasible = feasible_only and "fits" in dataset.schema.names
+    table = dataset.to_table(filter=ds.field("fits") == True if feasible else None)  # noqa: E712 - an expression
+    return table.to_pandas()

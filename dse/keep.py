@@ -127,11 +127,15 @@ def group_ids(table: pa.Table, by: Sequence[str]) -> NDArray[np.int64] | None:
     codes = []
     for col in by:
         arr = table.column(col).combine_chunks()
-        if pa.types.is_dictionary(arr.type):
-            arr = arr.cast(pa.string())
-        values = arr.to_numpy(zero_copy_only=False)
-        if values.dtype == object:
-            values = np.array(["\0null" if v is None else v for v in values], dtype=object)
+        if pa.types.is_dictionary(arr.type):  # group by the label, not the index (dictionaries may differ)
+            labels = np.array([str(v) for v in arr.dictionary.to_pylist()] + ["\0null"], dtype=object)
+            _, label_code = np.unique(labels, return_inverse=True)
+            index = arr.indices.fill_null(len(labels) - 1).to_numpy(zero_copy_only=False).astype(np.int64)
+            values = label_code.reshape(-1)[index]
+        else:
+            values = arr.to_numpy(zero_copy_only=False)
+            if values.dtype == object:
+                values = np.array(["\0null" if v is None else v for v in values], dtype=object)
         _, inverse = np.unique(values, return_inverse=True)
         codes.append(inverse.reshape(-1))
     if len(codes) == 1:

@@ -46,13 +46,13 @@ Speed (``python -m dse.bench_pareto``, one core of the 2-core development machin
 with every row on the front.
 
 Entry points: :func:`pareto_mask` (arrays), :func:`front_mask` and :func:`pareto_front` (DataFrames, per group,
-feasible rows), :func:`run_pareto` (``dse pareto``: dataset → front table and figure).
+feasible rows).  This module computes fronts only: ``dse pareto`` (dataset → front table and figure) is
+:func:`dse.pareto_report.run_pareto`, above it and above the drawing in :mod:`dse.plots`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -490,118 +490,3 @@ def _front_nd(cols: list[NDArray[np.floating]], score: NDArray[np.float64], g: N
 # ---- command level (``dse pareto``) --------------------------------------------------------------------------
 
 #: Columns printed with a front (besides the groups and the objectives), when present.
-SHOWN_COLUMNS: tuple[str, ...] = ("model", "system", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch",
-                                  "global_batch", "recompute", "zero", "precision")
-TABLE_SUFFIXES: tuple[str, ...] = (".parquet", ".csv")
-
-
-def varying_inputs(frame: pd.DataFrame) -> list[str]:
-    """The input columns of a sweep dataset that take more than one value, in the dataset's column order (so a
-    front's rows can be read: e.g. ``seq_len`` when the sweep mixes 8192 and 32768)."""
-    from dse.hardware.derive import DERIVE_AXES
-    from dse.sweep import CATEGORY_COLUMNS, INFER_INPUT_COLUMNS, INPUT_COLUMNS, SERVE_INPUT_COLUMNS
-
-    inputs = {*INPUT_COLUMNS, *INFER_INPUT_COLUMNS, *SERVE_INPUT_COLUMNS, *CATEGORY_COLUMNS, *DERIVE_AXES}
-    return [c for c in frame.columns if c in inputs and frame[c].nunique(dropna=False) > 1]
-
-
-def load_results(path: str | Path, feasible_only: bool = True) -> pd.DataFrame:
-    """A sweep dataset (``results/NAME``, or one Parquet file), only the rows that fit when ``feasible_only``
-    (read with predicate push-down).  Raises ``ValueError`` when the path holds no dataset."""
-    import pyarrow.dataset as ds
-
-    from dse.dataset import SPEC_FILE, DatasetError, verified_parts
-
-    root = Path(path)
-    if not root.exists():
-        raise ValueError(f"{root}: no such results directory")
-    if root.is_dir() and (root / SPEC_FILE).exists():
-        try:
-            files = verified_parts(root)  # a sweep: every part checked, a bad one named
-        except DatasetError as exc:
-            raise ValueError(str(exc)) from exc
-    else:
-        files = [root] if root.is_file() else sorted(p for p in root.glob("*.parquet")
-                                                     if not p.name.startswith(("_", ".")))
-    if not files:
-        raise ValueError(f"{root}: no Parquet part in this directory (write one with `dse run`)")
-    dataset = ds.dataset([str(f) for f in files], format="parquet")  # only the parts, whatever else lies there
-    feasible = feasible_only and "fits" in dataset.schema.names
-    table = dataset.to_table(filter=ds.field("fits") == True if feasible else None)  # noqa: E712 - an expression
-    return table.to_pandas()
-
-
-def write_table(frame: pd.DataFrame, path: str | Path) -> Path:
-    """Write ``frame`` as Parquet or CSV, chosen by the suffix; ``ValueError`` for another suffix."""
-    out = Path(path)
-    if out.suffix.lower() not in TABLE_SUFFIXES:
-        raise ValueError(f"output {str(out)!r}: suffix {out.suffix or '(none)'!r} is not allowed; allowed: "
-                         f"{', '.join(TABLE_SUFFIXES)}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.suffix.lower() == ".csv":
-        frame.to_csv(out, index=False)
-    else:
-        frame.to_parquet(out, index=False)
-    return out
-
-
-def format_front(front: pd.DataFrame, objectives: Sequence[Objective], by: Sequence[str] = (), top: int = 20) -> str:
-    """Text of a front: its size per group, then up to ``top`` rows per group (groups, objectives, layout;
-    byte columns in GB)."""
-    varying = front.attrs.get("varying", [c for c in SHOWN_COLUMNS if c in front])
-    layout = [c for c in ("model", "system", "gpus", "tp", "pp", "dp") if c in front]
-    cols = list(dict.fromkeys([*by, *(c for c, _ in objectives), *layout, *(c for c in varying if c in front)]))
-    names = ", ".join(f"{c} ({d})" for c, d in objectives)
-    if front.empty:
-        return f"Pareto front of {names}: no feasible row"
-    show = front[cols].copy()
-    for col in [c for c in cols if c.endswith("_bytes")]:  # bytes as GB, as `dse info` prints them
-        show[col] = (show[col].astype("float64") / 1e9).round(2)
-        show = show.rename(columns={col: col.removesuffix("_bytes") + "_GB"})
-    if by:
-        show = show.groupby(list(by), observed=True, sort=False).head(top)
-        sizes = front.groupby(list(by), observed=True, sort=False).size()
-        head = [f"Pareto front of {names} per {' x '.join(by)}: {len(front):,} rows in {len(sizes)} groups "
-                f"(sizes {sizes.min()}–{sizes.max()}); up to {top} per group shown:"]
-    else:
-        show = show.head(top)
-        head = [f"Pareto front of {names}: {len(front):,} rows; {len(show)} shown:"]
-    return "\n".join(head + [show.to_string(index=False)])
-
-
-def run_pareto(results: str | Path, objectives: str | Iterable[str | Objective], by: Sequence[str] = (),
-               output: str | Path | None = None, figure: str | Path | None = None,
-               feasible_only: bool = True) -> tuple[pd.DataFrame, list[Path]]:
-    """``dse pareto``: the front of a sweep dataset; written to ``output`` (.parquet or .csv) when given, and
-    drawn (2 or 3 objectives) to ``figure`` — default: beside ``output`` with the suffix ``.png`` — with the
-    plot data beside the PNG as Parquet.  Returns the front and the files written."""
-    objs = as_objectives(objectives)
-    if output is not None and Path(output).suffix.lower() not in TABLE_SUFFIXES:
-        write_table(pd.DataFrame(), output)  # raises the message naming the allowed suffixes
-    frame = load_results(results, feasible_only)
-    front = pareto_front(frame, objs, by=list(by), feasible_only=feasible_only)
-    front.attrs["varying"] = varying_inputs(frame)
-    written: list[Path] = []
-    if output is not None:
-        written.append(write_table(front, output))
-        if figure is None:
-            figure = Path(output).with_suffix(".png")
-    if figure is not None and len(objs) in (2, 3):
-        from dse.plots import draw_pareto, pareto_data
-
-        data = pareto_data(frame, objs, by=list(by), feasible_only=feasible_only)
-        # 2 objectives: one line per group of the last `by` column, one panel per value of the first (when
-        # several); 3 objectives (colour taken): one panel per group
-        facet: str | None = by[0] if len(by) >= 2 or (by and len(objs) == 3) else None
-        hue = by[-1] if by and len(objs) == 2 else None
-        if len(objs) == 3 and len(by) >= 2:
-            from dse.plots import describe
-
-            facet = " · ".join(by)
-            data[facet] = describe(data, list(by))
-        png = draw_pareto(data, objs, figure, facet=facet, hue=hue)
-        # the figure's data (front and a sample of the cloud) under its own name, never the front's file
-        data_path = png.with_name(f"{png.stem}.plot-data.parquet")
-        data.to_parquet(data_path, index=False)
-        written += [png, data_path]
-    return front, written

@@ -161,6 +161,21 @@ def _fill_from_stack(x: dict[str, np.ndarray], stack: np.ndarray) -> None:
         x[key] = np.where(np.isnan(x[key]), value, x[key]).astype(x[key].dtype)
 
 
+def _derived_runs(systems: np.ndarray, techs: dict[str, np.ndarray],
+                  calibration: tuple[tuple[str, str, float], ...]) -> dict[str, np.ndarray]:
+    """Derived hardware columns, computed once per run of equal (system, technology) rows and repeated: the
+    technology axes vary slowly in grid order, so a batch holds a few runs (same values as row by row)."""
+    n = len(systems)
+    stack = np.column_stack([systems.astype(np.float64), *(np.nan_to_num(v, nan=-1.0) for v in techs.values())])
+    starts = np.r_[0, np.flatnonzero(np.any(stack[1:] != stack[:-1], axis=1)) + 1] if n else np.zeros(0, int)
+    if len(starts) > n // 4:  # little to gain: compute row by row
+        return derived_hardware_columns(systems, techs, dtype=DTYPE, efficiency=calibration)
+    lengths = np.diff(np.r_[starts, n])
+    hw = derived_hardware_columns(systems[starts], {k: v[starts] for k, v in techs.items()}, dtype=DTYPE,
+                                  efficiency=calibration)
+    return {k: np.repeat(v, lengths) for k, v in hw.items()}
+
+
 def evaluate_points(spec: Spec, grid: Grid, start: int, stop: int, feasible_only: bool = False) -> pa.Table:
     """Evaluate grid points [start, stop) into a table with :func:`schema`."""
     tables = [_evaluate_batch(spec, grid, lo, min(lo + KERNEL_BATCH, stop), feasible_only)
@@ -175,8 +190,7 @@ def _evaluate_batch(spec: Spec, grid: Grid, start: int, stop: int, feasible_only
     x, systems = kernel_inputs(spec, cols)
     techs = tech_columns(spec)
     if techs:
-        hw = derived_hardware_columns(systems, {k: cols[k].astype(np.float64) for k in techs}, dtype=DTYPE,
-                                      efficiency=spec.calibration)
+        hw = _derived_runs(systems, {k: cols[k].astype(np.float64) for k in techs}, spec.calibration)
         base = base_technology()
         for k in techs:  # carried to the table (not kernel inputs): the value used, the base's where not swept
             fallback = base[k][systems] if k in base else np.full(len(systems), np.nan)

@@ -8,16 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dse.pareto import (
-    format_front,
-    front_mask,
-    load_results,
-    pareto_front,
-    pareto_mask,
-    parse_objectives,
-    run_pareto,
-    write_table,
-)
+from dse.dataset import load_results
+from dse.pareto import front_mask, pareto_front, pareto_mask, parse_objectives
+from dse.pareto_report import format_front, run_pareto, write_table
 
 
 def brute_force(values: np.ndarray, directions: list[str], groups: np.ndarray | None = None) -> np.ndarray:
@@ -279,3 +272,14 @@ def test_front_table_shows_every_input_that_varies(tmp_path: Path) -> None:
     front, _ = run_pareto(results, objectives)
     header = format_front(front, objectives).splitlines()[1].split()
     assert "seq_len" in header
+
+
+def test_front_computation_sits_below_plotting() -> None:
+    """Issue 12: dse.pareto computes fronts without importing the plotting or the command-line layers."""
+    import subprocess
+    import sys
+
+    code = ("import sys, dse.pareto; bad = [m for m in sys.modules if m.startswith(('dse.plots', 'dse.pareto_report', "
+            "'matplotlib'))]; print(bad); sys.exit(1 if bad else 0)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr

@@ -235,7 +235,9 @@ def test_log_axes_and_legends_stay_readable(tmp_path, monkeypatch):
 
     assert plots._spans(np.array([0.1, 5.0])) and not plots._spans(np.array([1.0, 20.0]))
     figures = []
-    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig) or Path(path))
+    import dse.plots.draw as draw  # draw_scaling looks save_figure up in its own module
+
+    monkeypatch.setattr(draw, "save_figure", lambda fig, path: figures.append(fig) or Path(path))
     data = pd.DataFrame([{"model": f"m{m}", "system": f"s{s}", "gpus": g, "tokens_per_s_per_gpu": 100.0 * (s + 1)}
                          for m in range(4) for s in range(5) for g in (64, 128, 256)])
     plots.draw_scaling(data, "tokens_per_s_per_gpu", "gpus", tmp_path / "x.png", hue="system", facet="model")

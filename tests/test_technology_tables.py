@@ -377,3 +377,24 @@ def test_environment_override_and_cache(tmp_path, monkeypatch):
     assert tech.lookup("memory", "hbm3")["name"] == "HBM3 (edited twice)"
     monkeypatch.delenv(tech.ENV_DIR)
     assert tech.lookup("memory", "hbm3")["name"] == "HBM3"
+
+
+def test_derived_hardware_by_runs_equals_row_by_row():
+    """The sweep derives hardware once per run of equal (system, technology) rows; same values as per row."""
+    import numpy as np
+
+    from dse.hardware.derive import derived_hardware_columns
+    from dse.sweep import DTYPE, _derived_runs
+
+    rng = np.random.default_rng(0)
+    n = 4000
+    runs = np.repeat(np.arange(40), n // 40)  # 40 runs of 100 equal rows
+    systems = rng.integers(0, 3, 40)[runs]
+    techs = {"node": rng.integers(0, 5, 40)[runs].astype(float),
+             "memory_devices": np.where(rng.random(40) < 0.3, np.nan, rng.integers(4, 9, 40))[runs],
+             "power_w": rng.choice([700.0, 1000.0], 40)[runs]}
+    fast = _derived_runs(systems, techs, ())
+    slow = derived_hardware_columns(systems, techs, dtype=DTYPE)
+    assert fast.keys() == slow.keys()
+    for k in slow:
+        np.testing.assert_array_equal(fast[k], slow[k], err_msg=k)

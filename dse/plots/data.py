@@ -1,0 +1,241 @@
+"""Plot data: every figure's DataFrame (tested; written beside each PNG as Parquet)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dse.cost import constants as K
+from dse.cost.compute import gemm_bytes, gemm_flops
+from dse.cost.training import MEMORY_BREAKDOWN, TIME_BREAKDOWN
+from dse.cost.transformer import kv_width, layer_gemm_shapes
+from dse.pareto import Objective, as_objectives, front_mask
+from dse.plots.labels import (
+    _GIB,
+    LAYOUT_COLUMNS,
+    config_label,
+    default_direction,
+    describe,
+)
+
+# ---- data ----------------------------------------------------------------------------------------------------
+
+
+def feasible_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows whose ``fits`` column is true (all rows when there is none)."""
+    return frame[frame["fits"].to_numpy(dtype=bool)] if "fits" in frame.columns else frame
+
+
+def _check_columns(frame: pd.DataFrame, columns: Sequence[str]) -> None:
+    for col in columns:
+        if col not in frame.columns:
+            raise ValueError(f"column {col!r} is not in the data; columns: {', '.join(map(str, frame.columns))}")
+
+
+def best_rows(frame: pd.DataFrame, metric: str, by: Sequence[str] = (), direction: str | None = None,
+              feasible_only: bool = True) -> pd.DataFrame:
+    """The best row by ``metric`` of each group of ``by`` columns (the overall best when ``by`` is empty),
+    sorted by the groups; ``direction`` defaults to :func:`default_direction`."""
+    by = list(by)
+    _check_columns(frame, [metric, *by])
+    d = direction or default_direction(metric)
+    sub = feasible_rows(frame) if feasible_only else frame
+    sub = sub[np.isfinite(sub[metric].to_numpy(dtype=np.float64))]
+    ranked = sub.sort_values(metric, ascending=d == "min", kind="stable")
+    if not by:
+        return ranked.head(1)
+    best = ranked.drop_duplicates(subset=by, keep="first")
+    return best.sort_values(by, kind="stable")
+
+
+def pareto_data(frame: pd.DataFrame, objectives: str | Sequence[str | Objective], by: Sequence[str] = (),
+                feasible_only: bool = True, max_cloud: int | None = 20000, seed: int = 0) -> pd.DataFrame:
+    """Points of a Pareto figure: the front (``on_front`` true) per group of ``by`` and the cloud of the other
+    feasible points (at most ``max_cloud`` of them, a seeded random sample, so large sweeps stay drawable).
+
+    Two objectives draw as x and y; a third is the colour.  Columns: ``by``, the objectives, ``on_front``,
+    ``config`` (:func:`config_label`).  Front rows come first, sorted by group and the first objective.
+    """
+    objs = as_objectives(objectives)
+    if len(objs) not in (2, 3):
+        raise ValueError(f"a Pareto figure needs 2 or 3 objectives; got {len(objs)}: "
+                         f"{', '.join(f'{c}:{d}' for c, d in objs)}")
+    by = list(by)
+    cols = [c for c, _ in objs]
+    _check_columns(frame, [*cols, *by])
+    sub = feasible_rows(frame) if feasible_only else frame
+    on_front = front_mask(sub, objs, by=by, feasible_only=False)
+    keep = [c for c in dict.fromkeys([*by, *cols, *LAYOUT_COLUMNS]) if c in sub.columns]
+    ranks = [*by, cols[0]]
+    front = sub.iloc[np.flatnonzero(on_front)][keep].sort_values(
+        ranks, ascending=[True] * len(by) + [objs[0][1] == "min"], kind="stable")
+    cloud = sub.iloc[np.flatnonzero(~on_front)][keep]
+    cloud = cloud[np.isfinite(cloud[cols].to_numpy(dtype=np.float64)).all(axis=1)]
+    if max_cloud is not None and len(cloud) > max_cloud:
+        pick = np.sort(np.random.default_rng(seed).choice(len(cloud), max_cloud, replace=False))
+        cloud = cloud.iloc[pick]
+    out = pd.concat([front.assign(on_front=True), cloud.assign(on_front=False)])
+    out["config"] = config_label(out)
+    return out[[*by, *cols, "on_front", "config"]].reset_index(drop=True)
+
+
+def scaling_data(frame: pd.DataFrame, metric: str, x: str = "gpus", by: Sequence[str] = ("model",),
+                 direction: str | None = None, feasible_only: bool = True) -> pd.DataFrame:
+    """The best ``metric`` per ``x`` value and group of ``by`` (e.g. the best tokens/s per GPU per system and
+    model): one row each, with the layout of the best row and its :func:`config_label`.  Sorted by group and
+    x (a categorical x keeps its category order, e.g. the catalog order of systems)."""
+    best = best_rows(frame, metric, [*by, x], direction, feasible_only)
+    keep = [c for c in dict.fromkeys([*by, x, metric, *LAYOUT_COLUMNS]) if c in best.columns]
+    out = best[keep].copy()
+    out["config"] = config_label(out)
+    return out.sort_values([*by, x], kind="stable").reset_index(drop=True)
+
+
+def breakdown_data(rows: pd.DataFrame, kind: str = "time", label_by: Sequence[str] = (),
+                   facet: str | None = None) -> pd.DataFrame:
+    """Stacked parts of chosen rows: ``kind="time"`` → :data:`TIME_BREAKDOWN` (s, summing to ``step_time_s``),
+    ``"memory"`` → :data:`MEMORY_BREAKDOWN` (bytes, summing to ``mem_total_bytes``).
+
+    Columns: ``facet`` (when given), ``label`` (the ``label_by`` values, then :func:`config_label`), the
+    parts, ``total``; for memory also ``capacity_bytes``, the HBM of the row's system read as binary GB (as
+    ``fits`` compares it), NaN for systems not in the catalog.
+    """
+    if kind not in ("time", "memory"):
+        raise ValueError(f"kind {kind!r} is not allowed; allowed: time, memory")
+    every, total = (TIME_BREAKDOWN, "step_time_s") if kind == "time" else (MEMORY_BREAKDOWN, "mem_total_bytes")
+    _check_columns(rows, [total, *label_by, *([facet] if facet else [])])
+    parts = [p for p in every if p in rows.columns]  # a dataset written before a part existed lacks it
+    if not parts:
+        raise ValueError(f"no {kind} breakdown column ({', '.join(every)}) is in the data")
+    out = pd.DataFrame(index=rows.index)
+    if facet:
+        out[facet] = rows[facet]
+    label = config_label(rows)
+    if label_by:
+        label = describe(rows, label_by) + "  |  " + label
+    out["label"] = label
+    for p in parts:
+        out[p] = rows[p].to_numpy(dtype=np.float64)
+    out["total"] = rows[total].to_numpy(dtype=np.float64)
+    if kind == "memory":
+        out["capacity_bytes"] = np.nan
+        if "system" in rows.columns:
+            from dse.hardware.catalog import systems
+
+            hbm = systems()["hbm_gb"] * _GIB
+            out["capacity_bytes"] = rows["system"].astype(str).map(hbm).to_numpy(dtype=np.float64)
+    return out.reset_index(drop=True)
+
+
+def heatmap_data(frame: pd.DataFrame, metric: str = "step_time_s", x: str = "tp", y: str = "pp",
+                 where: Mapping[str, object] | None = None, direction: str | None = None,
+                 feasible_only: bool = True) -> pd.DataFrame:
+    """Best ``metric`` per (y, x) cell — the minimum (or maximum, for throughput-like metrics) over every other
+    axis — of the rows matching ``where`` (e.g. ``{"model": "llama3-70b", "system": "h100-sxm-80gb"}``).
+    A pivot table: index the ``y`` values, columns the ``x`` values, NaN where no row is feasible."""
+    d = direction or default_direction(metric)
+    _check_columns(frame, [metric, x, y, *(where or {})])
+    sub = feasible_rows(frame) if feasible_only else frame
+    for col, value in (where or {}).items():
+        match = sub[col].astype(str).to_numpy() == str(value)
+        if not match.any():
+            known = sorted(map(str, pd.unique(sub[col].astype(str))))
+            raise ValueError(f"no {'feasible ' if feasible_only else ''}row has {col} = {value!r}; "
+                             f"values: {', '.join(known)}")
+        sub = sub[match]
+    grouped = sub.groupby([y, x], observed=True)[metric]
+    cells = grouped.min() if d == "min" else grouped.max()
+    table = cells.unstack(x).sort_index().sort_index(axis=1).astype(np.float64)
+    table.index.name, table.columns.name = y, x
+    return table
+
+
+def layer_ops(config: Mapping[str, Any]) -> pd.DataFrame:
+    """FLOPs and HBM bytes of the forward operations of one transformer layer, one micro-batch, one GPU, with
+    the shapes :mod:`dse.cost.training` times (plus the logits GEMM of the last stage).
+
+    GEMMs: the shapes of :func:`dse.cost.transformer.layer_gemm_shapes` (the ones the training model times),
+    ``2·m·n·k`` FLOPs and ``m·k·in + k·n·w + m·n·2`` bytes (:func:`dse.cost.compute.gemm_bytes`), T = b·s/cp.
+    FlashAttention: ``CAUSAL_FRACTION · 4·b·(s/cp)·s·h/tp`` FLOPs and Q, K, V, O streamed once in 16 bits (the IO
+    lower bound of Dao et al. 2022); unfused attention: ``4·b·s²·h/tp`` FLOPs and
+    ``STANDARD_ATTENTION_FWD_BYTES`` per score element.  Element-wise kernels have no FLOPs in the model and are
+    left out.  ``config`` holds a catalogued ``model`` name or the dimensions, and the layout columns.
+    """
+    c = dict(config)
+    if "hidden" not in c:
+        from dse.models.catalog import model_row
+
+        dims = model_row(str(c["model"]))
+        for key in ("hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts", "top_k"):
+            c[key] = dims[key]
+
+    def num(key: str, default: float) -> float:
+        value = c.get(key, default)
+        return default if value is None or (isinstance(value, float) and np.isnan(value)) else float(value)
+
+    h, a, f, V = num("hidden", 0), num("heads", 1), num("ffn_hidden", 4 * num("hidden", 0)), num("vocab", 0)
+    g = num("kv_heads", a)
+    E, topk = num("experts", 1), num("top_k", 1)
+    t, cp, ep = num("tp", 1), num("cp", 1), num("ep", 1)
+    b, s = num("micro_batch", 1), num("seq_len", 0)
+    precision = str(c.get("precision", "bf16"))
+    ob = {"fp8": 1.0, "fp4": 0.5}.get(precision, 2.0)
+    n_mlp = 3.0 if str(c.get("mlp", "gelu")) == "swiglu" else 2.0
+    moe = E > 1
+    T = b * s / cp
+    kvw = kv_width(h, a, g)
+    names = ["QKV projection", "attention output projection", "FFN in" + (" (gate + up)" if n_mlp == 3 else ""),
+             "FFN out"]
+    shapes = layer_gemm_shapes(T, h, kvw, f, n_mlp, t, topk if moe else 1.0, ob, E / ep if moe else 1.0)
+    flops = [float(gemm_flops(m, n, k)) for m, n, k, _ in shapes]
+    moved = [float(gemm_bytes(m, n, k, ob, w, 2.0)) for m, n, k, w in shapes]
+    if str(c.get("attention", "flash")) == "standard":
+        names.append("attention core (unfused)")
+        flops.append(4.0 * b * s * s * h / t)
+        moved.append(K.STANDARD_ATTENTION_FWD_BYTES * b * (a / t) * s * s)
+    else:
+        names.append("attention core (flash)")
+        flops.append(K.CAUSAL_FRACTION * 4.0 * b * (s / cp) * s * h / t)
+        moved.append(2.0 * (2.0 * b * (s / cp) * h / t + 2.0 * b * s * kvw / t))
+    names.append("logits (last stage)")
+    flops.append(float(gemm_flops(T, V / t, h)))
+    moved.append(float(gemm_bytes(T, V / t, h, 2.0, 2.0, 2.0)))
+    return pd.DataFrame({"name": names, "flops": flops, "bytes": moved})
+
+
+def gpu_roof(system: str, precision: str = "bf16") -> dict[str, float]:
+    """Peak dense tensor FLOP/s at ``precision`` and HBM bytes/s of a catalogued system, and the achieved rates
+    the model uses (the kernel's hardware columns, :func:`dse.hardware.catalog.hardware_columns`)."""
+    from dse.hardware import catalog as hwcat
+
+    if system not in hwcat.system_names():
+        raise ValueError(f"system {system!r} is not in the catalog; known systems: "
+                         f"{', '.join(hwcat.system_names())}")
+    hw = {k: float(v[0]) for k, v in hwcat.hardware_columns(hwcat.system_codes([system])).items()}
+    fmt = {"fp8": "fp8", "fp4": "fp4"}.get(precision, "fp16")
+    return {"peak_flops": hw[f"tensor_{fmt}_flops"], "bandwidth": hw["hbm_bw"],
+            "achieved_flops": hw[f"matmul_{fmt}_rate"], "achieved_bandwidth": hw["memory_rate"]}
+
+
+def roofline_data(ops: pd.DataFrame, peak_flops: float, bandwidth: float) -> pd.DataFrame:
+    """Operations (columns ``name``, ``flops``, ``bytes``) placed on the roofline of a GPU with ``peak_flops``
+    (FLOP/s) and ``bandwidth`` (bytes/s): arithmetic intensity I = F / B (FLOP/byte), attainable rate
+    min(peak, bandwidth · I) (FLOP/s), bound (``memory`` below the ridge point I* = peak / bandwidth, else
+    ``compute``) and roofline time max(F / peak, B / bandwidth) (s).  Williams, Waterman, Patterson 2009."""
+    _check_columns(ops, ["name", "flops", "bytes"])
+    flops = ops["flops"].to_numpy(dtype=np.float64)
+    moved = ops["bytes"].to_numpy(dtype=np.float64)
+    intensity = flops / moved
+    ridge = peak_flops / bandwidth
+    out = ops.copy()
+    out["intensity_flop_per_byte"] = intensity
+    out["attainable_flops_per_s"] = np.minimum(peak_flops, bandwidth * intensity)
+    out["bound"] = np.where(intensity >= ridge, "compute", "memory")
+    out["roofline_time_s"] = np.maximum(flops / peak_flops, moved / bandwidth)
+    out["peak_flops_per_s"] = peak_flops
+    out["bandwidth_bytes_per_s"] = bandwidth
+    out["ridge_flop_per_byte"] = ridge
+    return out
