@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -532,7 +533,66 @@ def evaluate(frame: pd.DataFrame, overrides: dict[tuple[str, str], float] | None
     the dimension columns.  ``task`` (train when absent) selects the training or the inference model; each row
     gets the outputs of its task (the other task's columns are NaN).  Input columns the frame leaves out are
     added with the values used (catalog dimensions, documented defaults); columns it has are never changed.
+
+    Rows that repeat an earlier row (in every column the model reads) are evaluated once: the checks, the
+    defaults and the kernel run on the distinct rows (in order of first appearance, so an error still names
+    the first bad row of ``frame``), and their outputs are repeated.
     """
+    distinct = _distinct_rows(frame)
+    if distinct is None:
+        return _evaluate(frame, overrides)
+    first, inverse = distinct
+    once = _evaluate(frame.iloc[first], overrides)
+    added = [c for c in once.columns if c not in frame.columns]
+    return pd.concat([frame, once[added].take(inverse).set_axis(frame.index)], axis=1)
+
+
+def distinct_apply(frame: pd.DataFrame, fn: Any) -> pd.DataFrame:
+    """``fn(frame)`` (a frame of outputs with ``frame``'s index) computed on the distinct rows only and repeated
+    (see :func:`evaluate`); ``fn(frame)`` itself when the rows are mostly distinct."""
+    distinct = _distinct_rows(frame)
+    if distinct is None:
+        return fn(frame)
+    first, inverse = distinct
+    out: pd.DataFrame = fn(frame.iloc[first]).take(inverse).set_axis(frame.index)
+    return out
+
+
+#: Evaluate distinct rows only when they are at most this fraction of the table.
+DISTINCT_BELOW = 0.5
+
+
+def _distinct_rows(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+    """(positions of the first row of each distinct row, in order; each row's distinct-row number), or None
+    when the rows are mostly distinct (nothing to gain) or the frame is small.  Rows are compared on the
+    columns the model reads (``case``, ``measured``, ``source`` and ``metric`` are ignored)."""
+    n = len(frame)
+    if n < 1024:
+        return None
+    ignore = {"case", "measured", "source", "metric"}
+    key = np.zeros(n, dtype=np.int64)
+    radix = 1
+    for col in [c for c in frame.columns if c not in ignore]:
+        codes, uniques = pd.factorize(frame[col], use_na_sentinel=False)
+        k = max(len(uniques), 1)
+        if radix * k >= 2**62:  # compress the key so far before it overflows
+            _, key = np.unique(key, return_inverse=True)
+            key = key.reshape(-1).astype(np.int64)
+            radix = int(key.max()) + 1
+            if radix * k >= 2**62:
+                return None
+        key = key * k + codes
+        radix *= k
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    if len(first) > DISTINCT_BELOW * n:
+        return None
+    order = np.argsort(first, kind="stable")  # distinct rows in order of first appearance
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return first[order], rank[inverse.reshape(-1)]
+
+
+def _evaluate(frame: pd.DataFrame, overrides: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
     frame = frame.copy()
     task = frame["task"].astype(str).str.strip().str.lower() if "task" in frame.columns else \
         pd.Series("train", index=frame.index)

@@ -9,6 +9,7 @@ the row, the column, the value and what is allowed.
 from __future__ import annotations
 
 import fnmatch
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,9 @@ import pandas as pd
 from dse.frame import (
     OPTIONAL_KNOBS,
     InputError,
+    _distinct_rows,
     check_configuration_cells,
+    distinct_apply,
     evaluate_infer,
     evaluate_serve,
     evaluate_train,
@@ -120,6 +123,7 @@ def load_assumptions(path: str | Path) -> list[Assumption]:
     return out
 
 
+@functools.lru_cache(maxsize=4096)
 def _plain(v: object) -> object:
     """A filled knob value for JSON: numbers as numbers, names as text."""
     text = str(v)
@@ -210,7 +214,8 @@ def read_cases(path: str | Path) -> pd.DataFrame:
     frame["task"] = task
     frame["metric"] = metric
     frame["measured"] = measured.astype(np.float64)
-    check_configuration_cells(frame, str(path))
+    distinct = _distinct_rows(frame)  # repeated configurations are checked once (the first bad row is named)
+    check_configuration_cells(frame if distinct is None else frame.iloc[distinct[0]], str(path))
     return frame
 
 
@@ -225,40 +230,53 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
     is_infer = (frame["task"] == "infer").to_numpy()
     predicted_parts = []
     if is_train.any():
-        predicted_parts.append(evaluate_train(frame.loc[is_train], source=str(path), overrides=overrides))
+        predicted_parts.append(distinct_apply(frame.loc[is_train], lambda f: evaluate_train(
+            f, source=str(path), overrides=overrides)))
     if is_infer.any():
-        predicted_parts.append(evaluate_infer(frame.loc[is_infer], source=str(path), overrides=overrides))
+        predicted_parts.append(distinct_apply(frame.loc[is_infer], lambda f: evaluate_infer(
+            f, source=str(path), overrides=overrides)))
     is_serve = (frame["task"] == "serve").to_numpy()
     if is_serve.any():
-        predicted_parts.append(evaluate_serve(frame.loc[is_serve], source=str(path), overrides=overrides))
+        predicted_parts.append(distinct_apply(frame.loc[is_serve], lambda f: evaluate_serve(
+            f, source=str(path), overrides=overrides)))
     predicted = pd.concat(predicted_parts) if predicted_parts else pd.DataFrame(index=frame.index)
+    predicted = predicted.reindex(frame.index)
+    # one column per result field, then the results (no per-row pandas access)
+    metric = frame["metric"].to_numpy(dtype=object)
+    task = frame["task"].to_numpy(dtype=object)
+    measured = frame["measured"].to_numpy(dtype=np.float64)
+    value = np.full(len(frame), np.nan)
+    for name, out_col in METRICS.items():
+        rows = metric == name
+        if out_col is not None and rows.any() and out_col in predicted.columns:
+            value[rows] = predicted[out_col].to_numpy(dtype=np.float64)[rows]
+    reason = (predicted["infeasible_reason"].astype(str).to_numpy(dtype=object) if "infeasible_reason" in predicted
+              else np.full(len(frame), "", dtype=object))
+    experts = (pd.to_numeric(frame["experts"], errors="coerce").fillna(1.0).to_numpy() if "experts" in frame
+               else np.ones(len(frame)))
+    stacks = (frame["stack"].to_numpy(dtype=object) if "stack" in frame else np.full(len(frame), None, dtype=object))
+    cases = frame["case"].astype(str).to_numpy(dtype=object)
     results = []
     for pos in range(len(frame)):
-        row = frame.iloc[pos]
-        stack = row.get("stack")
-        res = CaseResult(case=str(row["case"]), file=path.name, metric=str(row["metric"]),
-                         measured=float(row["measured"]), assumed=applied[pos],
-                         stack=str(stack).strip().lower() if isinstance(stack, str) and stack.strip() else None,
+        stack = stacks[pos]
+        res = CaseResult(case=cases[pos], file=path.name, metric=str(metric[pos]), measured=float(measured[pos]),
+                         assumed=applied[pos],
+                         stack=stack.strip().lower() if isinstance(stack, str) and stack.strip() else None,
                          from_stack={k: _plain(v) for k, v in from_stack[pos].items()})
         out_col = METRICS[res.metric]
-        experts = pd.to_numeric(pd.Series([row.get("experts")]), errors="coerce").fillna(1.0).iloc[0]
-        moe_inference = row["task"] == "infer" and float(experts) > 1
-        if out_col is None or row["task"] not in METRIC_TASKS[res.metric]:
-            res.skipped = f"metric {res.metric!r} does not belong to task {row['task']!r}"
-        elif row["task"] not in MODELLED_TASKS:
+        if out_col is None or task[pos] not in METRIC_TASKS[res.metric]:
+            res.skipped = f"metric {res.metric!r} does not belong to task {task[pos]!r}"
+        elif task[pos] not in MODELLED_TASKS:
             res.skipped = SERVE_NOT_MODELLED
-        elif moe_inference:
+        elif task[pos] == "infer" and experts[pos] > 1:
             res.skipped = ("mixture-of-experts inference is modelled (uniform routing, grouped GEMMs on the "
                            "roofline) but not validated: serving engines' MoE kernels (TensorRT-LLM 0.9) land "
                            "-50 % ... +80 % from that bound, far outside what the dense cases show")
+        elif not np.isfinite(value[pos]):
+            res.skipped = f"model gives no value: {reason[pos]}"
         else:
-            value = float(predicted.loc[frame.index[pos], out_col])
-            reason = str(predicted.loc[frame.index[pos], "infeasible_reason"])
-            if not np.isfinite(value):
-                res.skipped = f"model gives no value: {reason}"
-            else:
-                res.predicted = value
-                res.error_pct = (value / res.measured - 1.0) * 100.0
+            res.predicted = float(value[pos])
+            res.error_pct = (res.predicted / res.measured - 1.0) * 100.0
         results.append(res)
     return results
 

@@ -1,0 +1,48 @@
+"""Issue 12: dse.evaluate evaluates repeated rows once; the result is the same as row by row and errors still
+name the first bad row of the caller's frame."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dse.frame import InputError, _distinct_rows, _evaluate, evaluate
+
+REF = Path(__file__).parent / "reference" / "megatron_narayanan2021_table1.csv"
+
+
+def _big(n: int = 5000) -> pd.DataFrame:
+    cases = pd.read_csv(REF)
+    cols = [c for c in cases.columns if c not in ("case", "metric", "measured", "source", "task")]
+    big = cases[cols].sample(n, replace=True, random_state=1)
+    big["micro_batch"] = np.random.default_rng(1).choice([1, 2, 4], n)
+    big.index = pd.Index([f"r{i}" for i in range(n)])  # labels, not positions
+    return big
+
+
+def test_repeated_rows_give_the_row_by_row_result():
+    big = _big()
+    assert _distinct_rows(big) is not None  # the fast path runs
+    fast = evaluate(big)
+    slow = _evaluate(big)
+    pd.testing.assert_frame_equal(fast, slow[fast.columns], check_dtype=False)
+    assert list(fast.index) == list(big.index)
+
+
+def test_error_names_the_first_bad_row_of_the_callers_frame():
+    big = _big()
+    big["tp"] = big["tp"].astype(object)
+    big.iloc[3210, big.columns.get_loc("tp")] = "seven"
+    big.iloc[4000, big.columns.get_loc("tp")] = "eight"
+    with pytest.raises(InputError, match=r"row index 'r3210'.*column 'tp': value 'seven'"):
+        evaluate(big)
+
+
+def test_distinct_rows_are_in_order_of_first_appearance():
+    frame = pd.DataFrame({"a": [3, 1, 3, 2, 1] * 400, "b": ["x", "y", "x", "z", "y"] * 400})
+    first, inverse = _distinct_rows(frame)
+    assert list(first) == [0, 1, 3]
+    assert (frame.iloc[first].iloc[inverse].to_numpy() == frame.to_numpy()).all()
