@@ -193,13 +193,20 @@ def main(argv: list[str] | None = None) -> int:
         "serve_random", f"serving model, one core, {sci(res['configs'])} random configurations (half under a "
         "request rate, a tenth disaggregated)",
         f"{sci(res['configs_per_s'])} configurations/s, peak RSS {mib(res['peak_rss_bytes'])}"))
-    res = table_bench()
-    print(f"tables, dse.evaluate on {res['rows']:,} rows of text cells: {res['seconds']:.2f} s = "
-          f"{res['rows_per_s']:,.0f} rows/s; peak RSS {res['peak_rss_bytes'] / 2**20:,.0f} MiB")
+    for typed, key, label in ((False, "table_evaluate", "text cells, as a case file reads"),
+                              (True, "table_evaluate_typed", "typed columns, as pd.read_csv gives")):
+        res = table_bench(typed=typed)
+        print(f"tables, dse.evaluate on {res['rows']:,} rows, {label}: {res['seconds']:.2f} s = "
+              f"{res['rows_per_s']:,.0f} rows/s; peak RSS {res['peak_rss_bytes'] / 2**20:,.0f} MiB")
+        records.append(record(
+            key, f"tables, `dse.evaluate` on {res['rows']:,} rows, {label} (Narayanan cases resampled, "
+            "micro-batch varied)", f"{sci(res['rows_per_s'])} rows/s, peak RSS {mib(res['peak_rss_bytes'])}"))
+    res = validate_bench()
+    print(f"dse validate of {res['rows']:,} cases: {res['seconds']:.2f} s = {res['rows_per_s']:,.0f} cases/s; "
+          f"peak RSS {res['peak_rss_bytes'] / 2**20:,.0f} MiB")
     records.append(record(
-        "table_evaluate", f"tables, `dse.evaluate` on {res['rows']:,} rows of text cells (Narayanan cases "
-        "resampled, micro-batch varied)",
-        f"{sci(res['rows_per_s'])} rows/s, peak RSS {mib(res['peak_rss_bytes'])}"))
+        "table_validate", f"`dse validate` of a {res['rows']:,}-case file (Narayanan cases resampled, unique ids)",
+        f"{sci(res['rows_per_s'])} cases/s ({res['seconds']:.1f} s), peak RSS {mib(res['peak_rss_bytes'])}"))
     if not args.no_record:
         save_records(records)
     return 0
@@ -230,6 +237,17 @@ def keep_benchmarks(jobs: int, base: dict, skip_1e9: bool) -> list[dict[str, str
                                                          "scaleout_tech": "ib-ndr"}}
     columns = ["point", "model", "fits", "step_time_s", "energy_per_token_j", "gpus"]
 
+    if not skip_1e9:
+        res = sweep_bench(codesign, jobs, str(CODESIGN_SPEC), keep=keep)
+        print(f"10^9 space {CODESIGN_SPEC.name}: {res['grid_points']:,} points --keep {keep}, {res['rows']:,} rows "
+              f"kept in {res['seconds']:.0f} s = {res['points'] / res['seconds']:,.0f} points/s; peak RSS of all "
+              f"processes {res['peak_rss_bytes'] / 2**20:,.0f} MiB", flush=True)
+        records.append(record(
+            "codesign_1e9", f"`{CODESIGN_SPEC.name}`: {sci(res['grid_points'])} points, {jobs} workers, "
+            f"`--keep {keep}`",
+            f"{res['seconds'] / 60:.1f} min ({sci(res['points'] / res['seconds'])} points/s, {res['rows']:,} rows "
+            f"kept), peak RSS of all processes {mib(res['peak_rss_bytes'])}"))
+
     def front_points(out: Path) -> dict[str, Any]:
         frame = pd.read_parquet(out, columns=columns)
         return {"front": sorted(pareto_front(frame, objectives, by="model")["point"].tolist())}
@@ -248,16 +266,6 @@ def keep_benchmarks(jobs: int, base: dict, skip_1e9: bool) -> list[dict[str, str
         f"`{CODESIGN_SPEC.name}` against the front of its `--keep all` run",
         f"{'equal' if same else 'DIFFERENT'} ({len(kept['front'])} rows); {full['seconds']:.1f} s with every row "
         f"written, {kept['seconds']:.1f} s reduced"))
-    if not skip_1e9:
-        res = sweep_bench(codesign, jobs, str(CODESIGN_SPEC), keep=keep)
-        print(f"10^9 space {CODESIGN_SPEC.name}: {res['grid_points']:,} points --keep {keep}, {res['rows']:,} rows "
-              f"kept in {res['seconds']:.0f} s = {res['points'] / res['seconds']:,.0f} points/s; peak RSS of all "
-              f"processes {res['peak_rss_bytes'] / 2**20:,.0f} MiB", flush=True)
-        records.append(record(
-            "codesign_1e9", f"`{CODESIGN_SPEC.name}`: {sci(res['grid_points'])} points, {jobs} workers, "
-            f"`--keep {keep}`",
-            f"{res['seconds'] / 60:.1f} min ({sci(res['points'] / res['seconds'])} points/s, {res['rows']:,} rows "
-            f"kept), peak RSS of all processes {mib(res['peak_rss_bytes'])}"))
     return records
 
 
@@ -284,7 +292,6 @@ def run_sweep_benchmarks(jobs: int, skip_1e9: bool = False) -> list[dict[str, st
         "(`task: serve`, 4 models × 6 systems, half under a request rate)",
         f"{sci(res['points'] / res['seconds'])} points/s ({res['seconds']:.1f} s), "
         f"peak RSS of all processes {mib(res['peak_rss_bytes'])}"))
-    records += keep_benchmarks(jobs, base, skip_1e9)
     sizes = []
     for target in (10**6, 10**7, 10**8):
         spec = scaled_spec(base, target)
@@ -296,7 +303,7 @@ def run_sweep_benchmarks(jobs: int, skip_1e9: bool = False) -> list[dict[str, st
     records.append(record(
         "sweep_memory", "peak RSS of all processes vs grid size (same space, batch axis resized; divisible, "
         "fitting rows kept)", "; ".join(sizes)))
-    return records
+    return records + keep_benchmarks(jobs, base, skip_1e9)
 
 
 def sci(value: float) -> str:
@@ -338,7 +345,8 @@ def record(key: str, benchmark: str, result: str) -> dict[str, str]:
 FIGURES_FILE = Path(__file__).resolve().parent / "bench_figures.json"
 README = Path(__file__).resolve().parents[1] / "README.md"
 #: Row order of the README's table (keys not listed go last, in the order measured).
-ORDER = ("train_random", "train_divisible", "serve_random", "table_evaluate", "sweep_train", "sweep_keep_pareto",
+ORDER = ("train_random", "train_divisible", "serve_random", "table_evaluate", "table_evaluate_typed", "table_validate",
+         "sweep_train", "sweep_keep_pareto",
          "sweep_serve", "sweep_memory", "keep_equals_full", "codesign_1e9", "pareto_2", "pareto_3")
 BEGIN, END = "<!-- bench-table: generated by make bench from dse/bench_figures.json -->", "<!-- /bench-table -->"
 
@@ -466,19 +474,45 @@ def serve_bench(n: int, chunk: int, repeats: int) -> dict[str, float]:
             "peak_rss_bytes": peak_rss_bytes()}
 
 
-def table_bench(rows: int = 200_000) -> dict[str, float]:
-    """dse.evaluate on a table of ``rows`` rows read from a case file (text cells, as a user's CSV gives)."""
+REFERENCE_CASES = Path(__file__).resolve().parents[1] / "tests" / "reference" / "megatron_narayanan2021_table1.csv"
+
+
+def table_bench(rows: int = 200_000, typed: bool = False) -> dict[str, float]:
+    """dse.evaluate on a table of ``rows`` rows from a case file: text cells (as the case reader gives) or
+    typed columns (as ``pd.read_csv`` gives)."""
+    import pandas as pd
+
     from dse.frame import evaluate
     from dse.validation.validate import read_cases
 
-    ref = Path(__file__).resolve().parents[1] / "tests" / "reference" / "megatron_narayanan2021_table1.csv"
-    cases = read_cases(ref)
+    cases = pd.read_csv(REFERENCE_CASES) if typed else read_cases(REFERENCE_CASES)
     cols = [c for c in cases.columns if c not in ("case", "metric", "measured", "source", "task")]
     big = cases[cols].sample(rows, replace=True, random_state=0).reset_index(drop=True)
-    big["micro_batch"] = np.random.default_rng(0).choice(["1", "2", "4"], rows)
+    mb = np.random.default_rng(0).choice([1, 2, 4], rows)
+    big["micro_batch"] = mb if typed else mb.astype(str)
     t0 = time.perf_counter()
     evaluate(big)
     seconds = time.perf_counter() - t0
+    return {"rows": rows, "seconds": seconds, "rows_per_s": rows / seconds, "peak_rss_bytes": peak_rss_bytes()}
+
+
+def validate_bench(rows: int = 100_000) -> dict[str, float]:
+    """dse validate (:func:`dse.validation.validate.validate_file`) of a case file of ``rows`` cases."""
+    import tempfile
+
+    import pandas as pd
+
+    from dse.validation.validate import validate_file
+
+    cases = pd.read_csv(REFERENCE_CASES, dtype=str, keep_default_na=False)
+    big = cases.sample(rows, replace=True, random_state=0).reset_index(drop=True)
+    big["case"] = [f"case-{i}" for i in range(rows)]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "cases.csv"
+        big.to_csv(path, index=False)
+        t0 = time.perf_counter()
+        validate_file(path)
+        seconds = time.perf_counter() - t0
     return {"rows": rows, "seconds": seconds, "rows_per_s": rows / seconds, "peak_rss_bytes": peak_rss_bytes()}
 
 
