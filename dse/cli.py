@@ -199,6 +199,11 @@ def _jsonable(v: object) -> object:
     return str(v) if not isinstance(v, (int, str)) else v
 
 
+#: dse validate prints one line per case up to this many cases, else the WORST_CASES largest errors.
+CASE_LINES = 1000
+WORST_CASES = 25
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from dse.validation.fit import default_assumptions_path
     from dse.validation.validate import file_mape, load_assumptions, summarize, validate_file
@@ -216,9 +221,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"cases": [r.as_dict() for r in results], "summary": summary}, indent=2))
     else:
-        width = max(len(r.case) for r in results)
+        shown = results
+        if len(results) > CASE_LINES:  # a large file: the worst cases, not a million lines
+            shown = sorted((r for r in results if r.error_pct is not None), key=lambda r: -abs(r.error_pct or 0.0))
+            shown = shown[:WORST_CASES]
+            print(f"{len(results):,} cases: the {len(shown)} largest errors below (every case: --json)")
+        width = max((len(r.case) for r in shown), default=4)
         print(f"{'case':<{width}s}  {'metric':<28s} {'measured':>12s} {'predicted':>12s} {'error':>8s}")
-        for r in results:
+        for r in shown:
             if r.skipped is not None:
                 print(f"{r.case:<{width}s}  {r.metric:<28s} {r.measured:12.4g} {'':>12s} {'':>8s}  skipped: "
                       f"{r.skipped}")

@@ -547,15 +547,18 @@ def evaluate(frame: pd.DataFrame, overrides: dict[tuple[str, str], float] | None
     return pd.concat([frame, once[added].take(inverse).set_axis(frame.index)], axis=1)
 
 
-def distinct_apply(frame: pd.DataFrame, fn: Any) -> pd.DataFrame:
-    """``fn(frame)`` (a frame of outputs with ``frame``'s index) computed on the distinct rows only and repeated
-    (see :func:`evaluate`); ``fn(frame)`` itself when the rows are mostly distinct."""
+def distinct_apply(frame: pd.DataFrame, fn: Any, columns: list[str] | None = None) -> pd.DataFrame:
+    """``fn(frame)`` (a frame of outputs with ``frame``'s index), only its ``columns`` when given, computed on
+    the distinct rows only and repeated (see :func:`evaluate`); on every row when they are mostly distinct."""
     distinct = _distinct_rows(frame)
     if distinct is None:
-        return fn(frame)
+        out: pd.DataFrame = fn(frame)
+        return out if columns is None else out[[c for c in columns if c in out.columns]]
     first, inverse = distinct
-    out: pd.DataFrame = fn(frame.iloc[first]).take(inverse).set_axis(frame.index)
-    return out
+    once: pd.DataFrame = fn(frame.iloc[first])
+    if columns is not None:
+        once = once[[c for c in columns if c in once.columns]]
+    return once.take(inverse).set_axis(frame.index)
 
 
 #: Evaluate distinct rows only when they are at most this fraction of the table.

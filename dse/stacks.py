@@ -113,13 +113,17 @@ def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAI
 
     Returns the filled frame and, per row, the values filled (for ``dse validate --json``).  The work is one
     masked assignment per (stack, knob) present, not one step per row."""
-    filled: list[dict[str, object]] = [{} for _ in range(len(frame))]
+    empty: dict[str, object] = {}  # shared by every row nothing was filled in (never mutated)
+    filled: list[dict[str, object]] = [empty] * len(frame)
     if "stack" not in frame.columns or not len(frame):
         return frame, filled
     names = frame["stack"].astype(object).where(~_blank(frame["stack"]), "").astype(str).str.strip().str.lower()
     present = [s for s in pd.unique(names) if s]
     if not present:
         return frame, filled
+    # what was filled, per row, as a bit per knob: rows with the same stack, bits and vpp > 1 share one record
+    bit_of: dict[str, int] = {}
+    bits = np.zeros(len(frame), dtype=np.int64)
     frame = frame.copy()
     vpp = pd.to_numeric(frame["vpp"], errors="coerce").fillna(1.0).to_numpy() if "vpp" in frame.columns else \
         np.ones(len(frame))
@@ -138,10 +142,21 @@ def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAI
             vals = np.where(vpp > 1, "1", "0") if value == "when_vpp" else np.full(len(frame), value, dtype=object)
             column = frame[key].to_numpy(dtype=object).copy()
             column[target] = vals[target]
-            frame[key] = column
+            frame[key] = pd.Series(column, index=frame.index, dtype=object)  # no per-cell string inference
             if record:  # what validate --json reports (tables skip it)
-                for pos in np.flatnonzero(target):
-                    filled[pos][key] = vals[pos]
+                bits[target] |= np.int64(1) << bit_of.setdefault(key, len(bit_of))
+    if record and bits.any():
+        name_code, name_values = pd.factorize(names.to_numpy(dtype=object))
+        combo_key = (name_code.astype(np.int64) << 40) | (bits << 1) | (vpp > 1)
+        combos, group = np.unique(combo_key, return_inverse=True)
+        group = group.reshape(-1)
+        records: list[dict[str, object]] = []
+        for combo in combos.tolist():
+            stack, mask, interleaved = str(name_values[combo >> 40]), (combo >> 1) & (2**39 - 1), combo & 1
+            prof = profile(stack) if stack else {}
+            records.append({knob: (("1" if interleaved else "0") if prof[knob] == "when_vpp" else prof[knob])
+                            for knob, bit in bit_of.items() if mask >> bit & 1})
+        filled = [records[g] if records[g] else empty for g in group]
     return frame, filled
 
 

@@ -46,3 +46,18 @@ def test_distinct_rows_are_in_order_of_first_appearance():
     first, inverse = _distinct_rows(frame)
     assert list(first) == [0, 1, 3]
     assert (frame.iloc[first].iloc[inverse].to_numpy() == frame.to_numpy()).all()
+
+
+def test_validate_of_a_large_file_prints_the_worst_cases_not_every_line(tmp_path, capsys):
+    from dse.cli import CASE_LINES, WORST_CASES, main
+
+    cases = pd.read_csv(REF, dtype=str, keep_default_na=False)
+    n = CASE_LINES + 500
+    big = cases.sample(n, replace=True, random_state=0).reset_index(drop=True)
+    big["case"] = [f"c{i}" for i in range(n)]
+    path = tmp_path / "big.csv"
+    big.to_csv(path, index=False)
+    assert main(["validate", str(path), "--no-assume"]) == 0
+    out = capsys.readouterr().out
+    assert f"{n:,} cases: the {WORST_CASES} largest errors" in out
+    assert len(out.splitlines()) < WORST_CASES + 20

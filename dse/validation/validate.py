@@ -79,7 +79,7 @@ class Assumption:
     source: str
 
 
-@dataclass
+@dataclass(slots=True)
 class CaseResult:
     case: str
     file: str
@@ -140,21 +140,44 @@ def apply_assumptions(frame: pd.DataFrame, assumptions: Sequence[Assumption]) ->
     Returns the filled frame and, per row, the values that were actually applied.
     """
     frame = frame.copy()
-    applied: list[dict] = [{} for _ in range(len(frame))]
-    for pos, case in enumerate(frame["case"].astype(str)):
-        wanted: dict[str, object] = {}
-        for rule in assumptions:
-            if fnmatch.fnmatchcase(case, rule.cases):
-                wanted.update(rule.values)
-        for col, value in wanted.items():
-            if col not in frame.columns:
-                frame[col] = pd.Series([None] * len(frame), index=frame.index, dtype=object)
-            if _blank(frame[col].iloc[pos]):
-                if frame[col].dtype != object:
-                    frame[col] = frame[col].astype(object)
-                frame.loc[frame.index[pos], col] = value  # type: ignore[call-overload]
-                applied[pos][col] = value
+    empty: dict = {}  # shared by every row no assumption applies to (never mutated)
+    applied: list[dict] = [empty] * len(frame)
+    if not assumptions:
+        return frame, applied
+    cases = frame["case"].astype(str)
+    wanted: dict[str, np.ndarray] = {}  # column -> per-row value to fill (None: nothing), later rules win
+    for rule in assumptions:
+        rows = cases.str.fullmatch(fnmatch.translate(rule.cases)).to_numpy(dtype=bool)
+        if not rows.any():
+            continue
+        for col, value in rule.values.items():
+            target = wanted.setdefault(col, np.full(len(frame), None, dtype=object))
+            target[rows] = value
+    filled_cols: dict[str, np.ndarray] = {}
+    for col, value in wanted.items():
+        if col not in frame.columns:
+            frame[col] = pd.Series([None] * len(frame), index=frame.index, dtype=object)
+        take = ~pd.isna(value) & _blank_cells(frame[col])
+        if take.any():
+            column = frame[col].to_numpy(dtype=object).copy()
+            column[take] = value[take]
+            frame[col] = column
+            kept = np.full(len(frame), None, dtype=object)
+            kept[take] = value[take]
+            filled_cols[col] = kept
+    if filled_cols:
+        applied = [empty] * len(frame)
+        any_rows = np.flatnonzero(np.any([~pd.isna(v) for v in filled_cols.values()], axis=0))
+        for pos in any_rows:
+            applied[pos] = {c: v[pos] for c, v in filled_cols.items() if v[pos] is not None}
     return frame, applied
+
+
+def _blank_cells(series: pd.Series) -> np.ndarray:
+    """True where a cell is empty (NaN, None or whitespace)."""
+    from dse.frame import _blank as blank
+
+    return blank(series)
 
 
 def read_cases(path: str | Path) -> pd.DataFrame:
@@ -233,17 +256,18 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
     frame, from_stack = apply_stack(frame)
     is_train = (frame["task"] == "train").to_numpy()
     is_infer = (frame["task"] == "infer").to_numpy()
+    needed = [*dict.fromkeys(c for c in METRICS.values() if c is not None), "infeasible_reason"]
     predicted_parts = []
     if is_train.any():
         predicted_parts.append(distinct_apply(frame.loc[is_train], lambda f: evaluate_train(
-            f, source=str(path), overrides=overrides)))
+            f, source=str(path), overrides=overrides), needed))
     if is_infer.any():
         predicted_parts.append(distinct_apply(frame.loc[is_infer], lambda f: evaluate_infer(
-            f, source=str(path), overrides=overrides)))
+            f, source=str(path), overrides=overrides), needed))
     is_serve = (frame["task"] == "serve").to_numpy()
     if is_serve.any():
         predicted_parts.append(distinct_apply(frame.loc[is_serve], lambda f: evaluate_serve(
-            f, source=str(path), overrides=overrides)))
+            f, source=str(path), overrides=overrides), needed))
     predicted = pd.concat(predicted_parts) if predicted_parts else pd.DataFrame(index=frame.index)
     predicted = predicted.reindex(frame.index)
     # one column per result field, then the results (no per-row pandas access)
@@ -262,13 +286,21 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
     stacks = (frame["stack"].to_numpy(dtype=object) if "stack" in frame else np.full(len(frame), None, dtype=object))
     cases = frame["case"].astype(str).to_numpy(dtype=object)
     name = path.name
+    shared: dict[int, dict[str, object]] = {}  # rows share their stack records: convert each record once
+
+    def plain_records(record: dict[str, object]) -> dict[str, object]:
+        key = id(record)
+        if key not in shared:
+            shared[key] = {k: _plain(v) for k, v in record.items()}
+        return shared[key]
+
     results = []
     for pos in range(len(frame)):
         stack = stacks[pos]
         res = CaseResult(case=cases[pos], file=name, metric=str(metric[pos]), measured=float(measured[pos]),
                          assumed=applied[pos],
                          stack=stack.strip().lower() if isinstance(stack, str) and stack.strip() else None,
-                         from_stack={k: _plain(v) for k, v in from_stack[pos].items()})
+                         from_stack=plain_records(from_stack[pos]))
         out_col = METRICS[res.metric]
         if out_col is None or task[pos] not in METRIC_TASKS[res.metric]:
             res.skipped = f"metric {res.metric!r} does not belong to task {task[pos]!r}"
