@@ -198,3 +198,30 @@ def test_disaggregation_trades_throughput_for_token_latency():
     assert full["limit"][1] == "prefill_pool"
     bad = evaluate_serve(pd.DataFrame([{**dis, "prefill_gpus": 3}])).iloc[0]
     assert bad["infeasible_reason"] == "prefill pool does not divide"
+
+
+def test_closed_form_fixed_point_is_exact_for_dense_models():
+    """Dense rows skip the refinement steps: their iteration time is affine in the requests, so the closed
+    form already is the fixed point X = min(λ·t(X), cap) (checked against the iterated solution)."""
+    import numpy as np
+
+    from dse.bench import random_serve_configs
+    from dse.cost import serving
+    from dse.hardware import catalog as hwcat
+
+    x, systems = random_serve_configs(4000, seed=3)
+    dense = (x["experts"] <= 1) & ~np.isnan(x["request_rate"]) & np.isnan(x["prefill_gpus"])
+    xs = {k: v[dense] for k, v in x.items()}
+    hw = hwcat.hardware_columns(systems[dense])
+    xk = {**xs, **{k: np.asarray(v, dtype=np.float64) for k, v in hw.items()}}
+    _, rate, act, wb = serving._rates(xk)
+    lam, cap = xk["request_rate"] / xk["dp"], np.full(int(dense.sum()), 1e9)
+    t_of = lambda v: serving._iteration(xk, v, rate, act, wb)[0]  # noqa: E731
+    with np.errstate(all="ignore"):  # rows without a rate at their precision (fp8 on A100) give inf / NaN
+        closed = serving._fixed_point(t_of, lam, cap, affine=True)
+        iterated = serving._fixed_point(t_of, lam, cap, affine=False)
+        ok = np.isfinite(closed) & (lam * t_of(closed + 1.0) < closed + 1.0)  # below capacity
+    assert ok.sum() > 100
+    np.testing.assert_allclose(closed[ok], iterated[ok], rtol=1e-6)
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(closed[ok], lam[ok] * t_of(closed)[ok], rtol=1e-6)

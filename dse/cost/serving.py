@@ -173,7 +173,7 @@ def _iteration(x: dict[str, Array], X: Array, rate: Array, act: Array, wb: Array
     return t_stage, compute, traffic
 
 
-def _fixed_point(t_of: Any, lam: Array, cap: Array) -> Array:
+def _fixed_point(t_of: Any, lam: Array, cap: Array, affine: bool = False) -> Array:
     """X with X = min(λ·t(X), cap): the requests one stage iteration finishes at arrival rate λ (Little's law
     over iterations).  t is affine in X wherever the roofline terms are (a + b·X: every term is linear in the
     tokens), so X = λa / (1 − λb) exactly; FIXED_POINT_ITERATIONS plain steps from there absorb what is not
@@ -182,6 +182,8 @@ def _fixed_point(t_of: Any, lam: Array, cap: Array) -> Array:
     b = t_of(0.0 * lam + 1.0) - a
     X = np.where(lam * b < 1.0, lam * a / np.maximum(1.0 - lam * b, 1e-12), cap)
     X = np.minimum(np.maximum(X, 0.0), cap)
+    if affine:  # no mixture-of-experts row: t is exactly affine, the closed form is the fixed point
+        return X
     for _ in range(FIXED_POINT_ITERATIONS):
         X = np.minimum(lam * t_of(X), cap)
     return X
@@ -274,8 +276,10 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
     offline = np.isnan(lam)
     overloaded = ~offline & (lam >= capacity)
     R = np.where(offline | overloaded, capacity, lam)
-    xd = _fixed_point(lambda v: _iteration(x, zero, rate, act, wb, X_dec=v)[0], R / dp, xd_max)
-    xp = _fixed_point(lambda v: _iteration(xp_in, v, rate_p, act_p, wb_p, X_dec=zero)[0], R / n_p, xp_max)
+    dense = not bool((x["experts"] > 1).any())
+    xd = _fixed_point(lambda v: _iteration(x, zero, rate, act, wb, X_dec=v)[0], R / dp, xd_max, affine=dense)
+    xp = _fixed_point(lambda v: _iteration(xp_in, v, rate_p, act_p, wb_p, X_dec=zero)[0], R / n_p, xp_max,
+                      affine=dense)
     split: dict[str, Array] = {}
     t_d, comp, traffic = _iteration(x, zero, rate, act, wb, split, X_dec=np.maximum(xd, 1.0 / life))
     t_p, _, _ = _iteration(xp_in, xp, rate_p, act_p, wb_p, X_dec=zero)
@@ -351,11 +355,15 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
     lam_r = np.where(offline, 0.0, lam) / dp  # per replica
     overloaded = ~offline & (lam_r * dp >= req_capacity)
     X = X_max.copy()
-    live = np.flatnonzero(~(offline | overloaded))  # rows under a rate: iterate only those
-    if live.size:
+    # rows under a rate: solve only those; dense rows in closed form, mixture-of-experts rows refined
+    for is_moe in (False, True):
+        live = np.flatnonzero(~(offline | overloaded) & ((E > 1) == is_moe))
+        if not live.size:
+            continue
         xs = {k: v[live] for k, v in x.items()}
         rs, acts, wbs, lam_s, cap_s = rate[live], act[live], wb[live], lam_r[live], X_max[live]
-        X[live] = _fixed_point(lambda v: _iteration(xs, v, rs, acts, wbs)[0], lam_s, cap_s)
+        X[live] = _fixed_point(lambda v: _iteration(xs, v, rs, acts, wbs)[0], lam_s, cap_s,  # noqa: B023
+                               affine=not is_moe)
     # a request's own tokens are in the passes that serve it: its decode token in every decode pass, its whole
     # prompt chunk in its prefill pass (at light load X < 1 the average pass holds a fraction of them)
     split: dict[str, Array] = {}
