@@ -181,3 +181,14 @@ def test_select_helpers():
     m = np.array([1.0, 0.0, 1.0])
     _close(pick(m, np.array([1.0, 2.0, 3.0]), np.array([9.0, 8.0, 7.0])), [1.0, 8.0, 3.0])
     assert list(divides(np.array([3.0, 4.0, 7.0]), np.array([12.0, 10.0, 49.0]))) == [True, False, True]
+
+
+def test_ring_latency_counts_nccl_hops():
+    """NCCL's tuning model (Ring/Simple): base 8.4 µs, 3.4 µs per step inside a scale-up domain, 9.6 µs per step
+    between domains.  1536 ranks in 192 domains of 8: 1344 NVLink steps and 191 network steps."""
+    import numpy as np
+
+    from dse.cost.network import ring_latency
+
+    got = ring_latency(np.array([1.0, 1.0, 1.0]), np.array([1536.0, 8.0, 1.0]), np.array([8.0, 8.0, 8.0]))
+    np.testing.assert_allclose(got, [(8.4 + 1344 * 3.4 + 191 * 9.6) * 1e-6, (8.4 + 7 * 3.4) * 1e-6, 0.0])

@@ -113,6 +113,12 @@ def test_held_out_narayanan_table2(tmp_path):
     on_demand = evaluate(zero3.replace("", np.nan))["step_time_s"].to_numpy()
     prefetch = evaluate(zero3.replace("", np.nan).assign(zero3_fetch="prefetch"))["step_time_s"].to_numpy()
     assert (on_demand > prefetch).all()
+    # the ring start-up latency of per-parameter gathers grows with the ranks: as measured, the 175B step does
+    # not fall from 768 to 1536 GPUs at a fixed batch (66.75 s both); the ZeRO-3 rows are still too fast
+    assert on_demand[2] == pytest.approx(on_demand[1], rel=0.05)
+    measured = frame.loc[zero3.index, "measured"].astype(float).to_numpy()
+    err = np.abs(on_demand / measured - 1.0)
+    assert err.mean() < 0.30 and (on_demand < measured).all()
 
 
 def test_llama31_405b_published_layouts_evaluate_with_their_stage_split():

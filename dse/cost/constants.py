@@ -62,3 +62,18 @@ QLORA_DEQUANT_BYTES = QLORA_WEIGHT_BYTES + 2.0
 #: CPU memory bandwidth available to one GPU's offloaded Adam step.  ASSUMPTION (not sourced): a two-socket
 #: server's ~200 GB/s DDR bandwidth shared by 8 GPUs, 25 GB/s.
 HOST_OPTIMIZER_BYTES_PER_S = 25.0e9
+
+# ---- ring collectives: start-up latency (NCCL's tuning model) ---------------------------------------------
+#: NCCL 2.x ``src/graph/tuning.h`` (the Ampere-era model, 2020-21): ``baseLat`` Ring/Simple 8.4 µs and ``hwLat``
+#: Ring/Simple per ring step, 3.4 µs over NVLink and 9.6 µs over the network (NCCL_HW_NVLINK / NCCL_HW_NET).
+#: Used by :func:`dse.cost.network.ring_latency` for ZeRO-3's many small gathers.
+NCCL_RING_BASE_LATENCY_S = 8.4e-6
+NCCL_RING_HOP_SCALEUP_S = 3.4e-6
+NCCL_RING_HOP_SCALEOUT_S = 9.6e-6
+#: Collectives per transformer layer and pass of a ZeRO-3 step.  on_demand (DeepSpeed 2021): one per parameter
+#: tensor of the layer — QKV, projection, two MLP matrices, each with its bias, and two layer norms' scale and
+#: bias: 12 (ASSUMPTION: DeepSpeed's partitioned-parameter coordinator gathered each submodule's parameters when
+#: the submodule ran; that it issued one collective per parameter tensor is not verified).  prefetch (FSDP2,
+#: Megatron-FSDP): one per layer (each transformer block is one unit).
+ZERO3_COLLECTIVES_PER_LAYER_ON_DEMAND = 12.0
+ZERO3_COLLECTIVES_PER_LAYER_PREFETCH = 1.0

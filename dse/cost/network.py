@@ -27,6 +27,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from dse.cost import constants as K
+
 Array = Any  # numpy arrays or scalars that broadcast (the stubs cannot express broadcasting)
 
 
@@ -95,3 +97,17 @@ def p2p_time(nbytes: Array, crosses_domain: Array, hw: dict[str, Array]) -> Arra
     bw = hw["scaleup_ring_bw"] + crosses_domain * (hw["scaleout_bw"] - hw["scaleup_ring_bw"])
     latency = hw["scaleup_latency_s"] + crosses_domain * (hw["scaleout_latency_s"] - hw["scaleup_latency_s"])
     return nbytes / bw + latency
+
+
+def ring_latency(stride: Array, size: Array, scaleup_gpus: Array) -> Array:
+    """Start-up time of one ring collective (all-gather / reduce-scatter) over ``size`` ranks: NCCL's tuning
+    model, base + one hop latency per ring step, the steps inside a scale-up domain at the NVLink hop and the
+    steps between domains at the network hop (``baseLat`` and ``hwLat`` of Ring/Simple in NCCL 2.x
+    ``src/graph/tuning.h``: 8.4 µs, 3.4 µs, 9.6 µs; constants NCCL_*).  It grows with the group, unlike the one
+    α of :class:`GroupLinks` (a tree all-reduce's): what thousands of per-parameter gathers pay at scale."""
+    domains = np.maximum(np.ceil(size / members_per_domain(stride, size, scaleup_gpus)), 1.0)
+    steps = np.maximum(size - 1.0, 0.0)
+    inter = np.minimum(domains - 1.0, steps)
+    return (size > 1) * (K.NCCL_RING_BASE_LATENCY_S + (steps - inter) * K.NCCL_RING_HOP_SCALEUP_S
+                         + inter * K.NCCL_RING_HOP_SCALEOUT_S)
+

@@ -43,6 +43,7 @@ from dse.cost.network import (
     group_links,
     p2p_time,
     reduce_scatter_time,
+    ring_latency,
     spans_domains,
 )
 from dse.cost.parallel import (
@@ -410,7 +411,12 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     # ZeRO-3: forward and backward of one micro-batch; fetched on demand, the weights are freed after each
     # submodule runs, so full recomputation's second forward gathers them a third time (DeepSpeed
     # partitioned_param_coordinator: release_sub_module after every submodule)
-    gathers = (2.0 + (1.0 - prefetch) * full) * weight_gather
+    passes = 2.0 + (1.0 - prefetch) * full
+    # each pass issues one ring collective per parameter tensor (on_demand) or per layer (prefetch), and the
+    # backward as many gradient reduce-scatters: their start-up latency grows with the ranks (NCCL's model)
+    per_layer = pick(prefetch, K.ZERO3_COLLECTIVES_PER_LAYER_PREFETCH, K.ZERO3_COLLECTIVES_PER_LAYER_ON_DEMAND)
+    z3_latency = z3 * (passes + 1.0) * per_layer * lps * ring_latency(t, dpc, D)
+    gathers = passes * weight_gather + z3_latency
     # ZeRO-3 weight gathers hide under compute only when prefetched (zero3_fetch = prefetch); fetched on demand
     # (DeepSpeed 2021: each submodule's all-gather is waited for before it runs) they are serial.
     gathers_hidden = dp_overlap * prefetch * gathers
