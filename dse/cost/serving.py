@@ -96,16 +96,21 @@ def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dict[s
         bad_pool = disagg & ((x["prefill_gpus"] < 1) | (np.fmod(x["prefill_gpus"], tp_p) != 0)
                              | (np.fmod(x["heads"], tp_p) != 0))
         reason = np.where((reason == 0) & bad_pool, codes.REASON_CODE["prefill pool does not divide"], reason)
-        out = _serve(x)
-        if disagg.any():  # the disaggregated rows only, gathered and scattered back
-            idx = np.flatnonzero(disagg)
-            split_out = _serve_disaggregated({k: v[idx] for k, v in x.items()})
-            for k, v in split_out.items():
-                if k in out:
-                    column = np.array(np.broadcast_to(out[k], disagg.shape), dtype=np.result_type(out[k], v))
-                    column[idx] = v
-                    out[k] = column
         ok = reason == 0
+        # only the rows that divide are served: aggregated and disaggregated ones gathered apart, scattered back
+        n = ok.shape[0]
+        out: dict[str, Array] = {k: np.full(n, np.nan) for k in SERVE_METRICS}
+        out.update(fits=np.zeros(n, dtype=bool), overloaded=np.zeros(n, dtype=bool),
+                   limit=np.full(n, -1, dtype=np.int64))
+        for rows, model in ((np.flatnonzero(ok & ~disagg), _serve), (np.flatnonzero(ok & disagg),
+                                                                      _serve_disaggregated)):
+            if rows.size == n:  # every row: no gather, no scatter
+                part = model(x)
+                out = {k: np.broadcast_to(part[k], (n,)) for k in out}
+            elif rows.size:
+                part = model({k: v[rows] for k, v in x.items()})
+                for k in out:
+                    out[k][rows] = np.broadcast_to(part[k], rows.shape)
         fits = out.pop("fits")
         overloaded = out.pop("overloaded")
         limit = out.pop("limit")
