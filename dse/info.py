@@ -54,9 +54,10 @@ def format_info(path: str | Path, metric: str = "step_time_s", top: int = 10, by
     frame = frame[[*shown, metric, "mem_total_bytes", "fits", "infeasible_reason"]]
     cols = list(frame.columns)
     feasible = frame[frame["fits"]]
-    lines.append(f"feasible rows (divide and fit) {len(feasible):,}; reasons of the others: "
-                 + ", ".join(f"{k} {v:,}" for k, v in frame.loc[~frame["fits"], "infeasible_reason"]
-                             .value_counts().items() if v))
+    reasons = ", ".join(f"{k} {v:,}" for k, v in frame.loc[~frame["fits"], "infeasible_reason"]
+                        .value_counts().items() if v)
+    lines.append(f"feasible rows (divide and fit) {len(feasible):,}"
+                 + (f"; reasons of the others: {reasons}" if reasons else "; every row is feasible"))
     if feasible.empty:
         return "\n".join(lines)
     ascending = metric not in HIGH_IS_BETTER
