@@ -470,8 +470,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     inf = sub.add_parser("info", help="summarize a results directory")
     inf.add_argument("results", help="results/NAME")
-    inf.add_argument("--metric", default="step_time_s", help="rank the best rows by this column (default "
-                     "step_time_s; *_per_s, mfu and hfu rank high-first)")
+    inf.add_argument("--metric", default=None, help="rank the best rows by this column (default step_time_s for "
+                     "training, output_tokens_per_s_per_gpu for inference and serving; *_per_s, mfu and hfu rank "
+                     "high-first)")
     inf.add_argument("--top", type=int, default=10, help="how many best rows (without groups; with groups every "
                      "group's best row is shown)")
     inf.add_argument("--by", help="comma-separated columns: show the best row of each group (default: model,system "

@@ -28,8 +28,10 @@ def load(path: str | Path, columns: list[str] | None = None) -> pd.DataFrame:
     return pd.read_parquet(path, columns=columns)
 
 
-def format_info(path: str | Path, metric: str = "step_time_s", top: int = 10, by: tuple[str, ...] | None = None) -> str:
-    """Text summary: provenance, row counts, reasons, and the best rows by ``metric`` — overall, or the best
+def format_info(path: str | Path, metric: str | None = None, top: int = 10, by: tuple[str, ...] | None = None
+                ) -> str:
+    """Text summary: provenance, row counts, reasons, and the best rows by ``metric`` (default: ``step_time_s``
+    for training sweeps, ``output_tokens_per_s_per_gpu`` for inference and serving ones) — overall, or the best
     row of each group of ``by`` columns (default: model and system when the sweep has several)."""
     root = Path(path)
     parts = verified_parts(root)
@@ -45,6 +47,8 @@ def format_info(path: str | Path, metric: str = "step_time_s", top: int = 10, by
     schema = pq.read_schema(parts[0])
     metrics = {*TRAIN_METRICS, *INFER_METRICS, *SERVE_METRICS, COST_COLUMN}
     inputs = [c for c in schema.names if c not in metrics and c not in ("point", "fits", "infeasible_reason", "limit")]
+    if metric is None:  # the task's headline: step time for training, output tokens/s per GPU for inference
+        metric = "step_time_s" if "step_time_s" in schema.names else "output_tokens_per_s_per_gpu"
     if metric not in schema.names:
         raise SpecError(f"--metric: value {metric!r} is not a column of {root}; allowed: "
                         f"{', '.join(c for c in schema.names if c in metrics)}")

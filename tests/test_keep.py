@@ -136,3 +136,15 @@ def test_resume_with_another_keep_is_refused(tmp_path, spec_path):
     out = tmp_path / "r"
     assert main(["run", str(spec_path), "-o", str(out), "--jobs", "1", "-q", "--keep", "feasible"]) == 0
     assert main(["run", str(spec_path), "-o", str(out), "--jobs", "1", "-q", "--keep", TOP, "--resume"]) == 2
+
+
+def test_info_of_a_serving_or_inference_dataset_needs_no_metric(tmp_path, capsys):
+    """make sweep runs `dse info results/NAME` with no --metric: a serving dataset must summarize too."""
+    spec = REPO / "spaces" / "serve-llama3.3-70b.yaml"
+    out = tmp_path / "serve"
+    keep = "top:2:output_tokens_per_s_per_gpu,by=system"
+    assert main(["run", str(spec), "-o", str(out), "-q", "--jobs", "1", "--keep", keep]) == 0
+    capsys.readouterr()
+    assert main(["info", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "by output_tokens_per_s_per_gpu (highest first)" in text and "every row is feasible" in text
