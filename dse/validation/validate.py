@@ -139,7 +139,6 @@ def apply_assumptions(frame: pd.DataFrame, assumptions: Sequence[Assumption]) ->
 
     Returns the filled frame and, per row, the values that were actually applied.
     """
-    frame = frame.copy()
     empty: dict = {}  # shared by every row no assumption applies to (never mutated)
     applied: list[dict] = [empty] * len(frame)
     if not assumptions:
@@ -154,6 +153,8 @@ def apply_assumptions(frame: pd.DataFrame, assumptions: Sequence[Assumption]) ->
             target = wanted.setdefault(col, np.full(len(frame), None, dtype=object))
             target[rows] = value
     filled_cols: dict[str, np.ndarray] = {}
+    if wanted:
+        frame = frame.copy()  # the caller's frame is never changed
     for col, value in wanted.items():
         if col not in frame.columns:
             frame[col] = pd.Series([None] * len(frame), index=frame.index, dtype=object)
@@ -184,12 +185,17 @@ def read_cases(path: str | Path) -> pd.DataFrame:
     """Read and check a case file; raise InputError naming the file, row and column of the first problem."""
     path = Path(path)
     try:
+        header = list(pd.read_csv(path, dtype=str, nrows=0).columns)
+        # the free-text `source` column is checked for presence but not loaded: nothing downstream reads it, and
+        # on a large file it is most of the bytes
+        usecols = [c for c in header if c != "source"]
         try:  # Arrow's multithreaded reader (6x faster); anything it refuses goes to the C reader for the message
-            frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""], engine="pyarrow")
+            frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""], engine="pyarrow",
+                                usecols=usecols)
         except (FileNotFoundError, IsADirectoryError, PermissionError):
             raise
         except Exception:  # noqa: BLE001 - pyarrow raises several types; the C reader below names the problem
-            frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+            frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])[usecols]
     except FileNotFoundError as exc:
         raise InputError(f"{path}: no such file") from exc
     except pd.errors.EmptyDataError as exc:
@@ -197,12 +203,12 @@ def read_cases(path: str | Path) -> pd.DataFrame:
                          "README.md, section 'Case files'") from exc
     except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: not a readable CSV file: {str(exc).strip()}") from exc
-    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         raise InputError(f"{path}: missing column(s) {', '.join(repr(c) for c in missing)}; the schema is in "
                          "README.md, section 'Case files'")
     known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS) | set(OPTIONAL_KNOBS)
-    unknown = [c for c in frame.columns if c not in known]
+    unknown = [c for c in header if c not in known]
     if unknown:
         raise InputError(f"{path}: unknown column(s) {', '.join(repr(c) for c in unknown)}; allowed: "
                          f"{', '.join(sorted(known))}")
@@ -259,14 +265,14 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
     needed = [*dict.fromkeys(c for c in METRICS.values() if c is not None), "infeasible_reason"]
     predicted_parts = []
     if is_train.any():
-        predicted_parts.append(distinct_apply(frame.loc[is_train], lambda f: evaluate_train(
+        predicted_parts.append(distinct_apply(_rows(frame, is_train), lambda f: evaluate_train(
             f, source=str(path), overrides=overrides), needed))
     if is_infer.any():
-        predicted_parts.append(distinct_apply(frame.loc[is_infer], lambda f: evaluate_infer(
+        predicted_parts.append(distinct_apply(_rows(frame, is_infer), lambda f: evaluate_infer(
             f, source=str(path), overrides=overrides), needed))
     is_serve = (frame["task"] == "serve").to_numpy()
     if is_serve.any():
-        predicted_parts.append(distinct_apply(frame.loc[is_serve], lambda f: evaluate_serve(
+        predicted_parts.append(distinct_apply(_rows(frame, is_serve), lambda f: evaluate_serve(
             f, source=str(path), overrides=overrides), needed))
     predicted = pd.concat(predicted_parts) if predicted_parts else pd.DataFrame(index=frame.index)
     predicted = predicted.reindex(frame.index)
@@ -317,6 +323,11 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
             res.error_pct = (res.predicted / res.measured - 1.0) * 100.0
         results.append(res)
     return results
+
+
+def _rows(frame: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
+    """The rows of ``mask`` (the frame itself, not a copy, when that is every row)."""
+    return frame if mask.all() else frame.loc[mask]
 
 
 def summarize(results: Sequence[CaseResult]) -> list[dict[str, object]]:
