@@ -8,6 +8,7 @@ the row or key, the bad value and what is allowed).
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import os
 import sys
@@ -223,8 +224,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     else:
         shown = results
         if len(results) > CASE_LINES:  # a large file: the worst cases, not a million lines
-            shown = sorted((r for r in results if r.error_pct is not None), key=lambda r: -abs(r.error_pct or 0.0))
-            shown = shown[:WORST_CASES]
+            shown = heapq.nlargest(WORST_CASES, (r for r in results if r.error_pct is not None),
+                                   key=lambda r: abs(r.error_pct or 0.0))
             print(f"{len(results):,} cases: the {len(shown)} largest errors below (every case: --json)")
         width = max((len(r.case) for r in shown), default=4)
         print(f"{'case':<{width}s}  {'metric':<28s} {'measured':>12s} {'predicted':>12s} {'error':>8s}")

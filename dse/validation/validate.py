@@ -277,8 +277,8 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
     predicted = pd.concat(predicted_parts) if predicted_parts else pd.DataFrame(index=frame.index)
     predicted = predicted.reindex(frame.index)
     # one column per result field, then the results (no per-row pandas access)
-    metric = frame["metric"].to_numpy(dtype=object)
-    task = frame["task"].to_numpy(dtype=object)
+    metric = frame["metric"].astype(str).to_numpy(dtype=object)
+    task = frame["task"].astype(str).to_numpy(dtype=object)
     measured = frame["measured"].to_numpy(dtype=np.float64)
     value = np.full(len(frame), np.nan)
     for name, out_col in METRICS.items():
@@ -289,39 +289,49 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
               else np.full(len(frame), "", dtype=object))
     experts = (pd.to_numeric(frame["experts"], errors="coerce").fillna(1.0).to_numpy() if "experts" in frame
                else np.ones(len(frame)))
-    stacks = (frame["stack"].to_numpy(dtype=object) if "stack" in frame else np.full(len(frame), None, dtype=object))
+    n = len(frame)
+    if "stack" in frame:
+        stack_text = frame["stack"].astype(object).where(frame["stack"].notna(), "").astype(str).str.strip()
+        stacks = stack_text.str.lower().where(stack_text != "", None).to_numpy(dtype=object)
+    else:
+        stacks = np.full(n, None, dtype=object)
     cases = frame["case"].astype(str).to_numpy(dtype=object)
     name = path.name
+    # why a case is skipped, decided per column (first rule that applies wins), then one object per case
+    skipped = np.full(n, None, dtype=object)
+    belongs = np.zeros(n, dtype=bool)
+    for metric_name, out_col in METRICS.items():
+        rows = metric == metric_name
+        if out_col is not None and rows.any():
+            belongs |= rows & np.isin(task, METRIC_TASKS[metric_name])
+    for pos in np.flatnonzero(~belongs):
+        skipped[pos] = f"metric {metric[pos]!r} does not belong to task {task[pos]!r}"
+    open_rows = skipped == None  # noqa: E711 - elementwise on an object array
+    rule = open_rows & ~np.isin(task, MODELLED_TASKS)
+    skipped[rule] = SERVE_NOT_MODELLED
+    open_rows &= ~rule
+    rule = open_rows & (task == "infer") & (experts > 1)
+    skipped[rule] = ("mixture-of-experts inference is modelled (uniform routing, grouped GEMMs on the "
+                     "roofline) but not validated: serving engines' MoE kernels (TensorRT-LLM 0.9) land "
+                     "-50 % ... +80 % from that bound, far outside what the dense cases show")
+    open_rows &= ~rule
+    for pos in np.flatnonzero(open_rows & ~np.isfinite(value)):
+        skipped[pos] = f"model gives no value: {reason[pos]}"
+    answered = open_rows & np.isfinite(value)
+    predicted_value = np.where(answered, value, np.nan)
+    error = (predicted_value / measured - 1.0) * 100.0
+    pred_list = [v if ok else None for v, ok in zip(predicted_value.tolist(), answered.tolist(), strict=True)]
+    err_list = [v if ok else None for v, ok in zip(error.tolist(), answered.tolist(), strict=True)]
     shared: dict[int, dict[str, object]] = {}  # rows share their stack records: convert each record once
-
-    def plain_records(record: dict[str, object]) -> dict[str, object]:
+    plain = []
+    for record in from_stack:
         key = id(record)
         if key not in shared:
             shared[key] = {k: _plain(v) for k, v in record.items()}
-        return shared[key]
-
-    results = []
-    for pos in range(len(frame)):
-        stack = stacks[pos]
-        res = CaseResult(case=cases[pos], file=name, metric=str(metric[pos]), measured=float(measured[pos]),
-                         assumed=applied[pos],
-                         stack=stack.strip().lower() if isinstance(stack, str) and stack.strip() else None,
-                         from_stack=plain_records(from_stack[pos]))
-        out_col = METRICS[res.metric]
-        if out_col is None or task[pos] not in METRIC_TASKS[res.metric]:
-            res.skipped = f"metric {res.metric!r} does not belong to task {task[pos]!r}"
-        elif task[pos] not in MODELLED_TASKS:
-            res.skipped = SERVE_NOT_MODELLED
-        elif task[pos] == "infer" and experts[pos] > 1:
-            res.skipped = ("mixture-of-experts inference is modelled (uniform routing, grouped GEMMs on the "
-                           "roofline) but not validated: serving engines' MoE kernels (TensorRT-LLM 0.9) land "
-                           "-50 % ... +80 % from that bound, far outside what the dense cases show")
-        elif not np.isfinite(value[pos]):
-            res.skipped = f"model gives no value: {reason[pos]}"
-        else:
-            res.predicted = float(value[pos])
-            res.error_pct = (res.predicted / res.measured - 1.0) * 100.0
-        results.append(res)
+        plain.append(shared[key])
+    results = [CaseResult(c, name, m, meas, p, e, sk, a, st, fs) for c, m, meas, p, e, sk, a, st, fs in zip(
+        cases.tolist(), metric.tolist(), measured.tolist(), pred_list, err_list, skipped.tolist(), applied,
+        stacks.tolist(), plain, strict=True)]
     return results
 
 
