@@ -369,7 +369,8 @@ def render_table(records: list[dict[str, str]]) -> str:
     rows = sorted(records, key=lambda r: rank.get(r["key"], len(ORDER)))
     dates = sorted({r["measured"] for r in rows})
     machines = sorted({r["machine"] for r in rows})
-    lines = [f"Measured {', '.join(dates)} on {'; '.join(machines)}; figures vary by up to ±30 % between runs on this shared machine.",
+    lines = [f"Measured {', '.join(dates)} on {'; '.join(machines)}; figures vary by up to ±30 % between runs on "
+             "this shared machine.",
              "", "| benchmark | result |", "|---|---|"]
     lines += [f"| {r['benchmark']} | {r['result']} |" for r in rows]
     return "\n".join(lines)
