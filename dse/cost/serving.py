@@ -313,35 +313,17 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
 
 
 def _serve(x: dict[str, Array]) -> dict[str, Array]:
-    L, h, a, g, f, V = x["layers"], x["hidden"], x["heads"], x["kv_heads"], x["ffn_hidden"], x["vocab"]
-    t, p, dp = x["tp"], x["pp"], x["dp"]
+    p, dp = x["pp"], x["dp"]
     s_in, s_out = x["input_len"], x["output_len"]
     E = x["experts"]
-    moe = (E > 1) * 1.0
-    d = h / a
     _, rate, act, wb = _rates(x)
-    kvh = np.maximum(g / t, 1.0)
-    kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
     budget = np.where(np.isnan(x["max_num_tokens"]), np.inf, x["max_num_tokens"])
     batch_cap = np.where(np.isnan(x["batch"]), np.inf, x["batch"])
-    frac = np.where(np.isnan(x["kv_memory_fraction"]), DEFAULT_KV_MEMORY_FRACTION, x["kv_memory_fraction"])
-    block = np.where(np.isnan(x["kv_block_tokens"]), DEFAULT_KV_BLOCK_TOKENS, x["kv_block_tokens"])
 
     # ---- memory: weights, activations of one iteration's tokens, KV capacity ----------------------------
-    p_attn = h * (2.0 * h + 2.0 * kv_width(h, a, g)) / t
-    p_layer = p_attn + (1.0 + moe * (E - 1.0)) * expert_params(h, f, x["mlp"]) / t + moe * h * E
-    untied = (x["tied_embeddings"] <= 0) * 1.0
-    single = (p <= 1) * 1.0
-    weights = L / p * p_layer * wb + V * h / t * 2.0 * (1.0 + single * untied)
-    n_fc1 = (mlp_matrices(x["mlp"]) - 1.0) * f / t
-    act_tokens = np.minimum(budget, s_in + s_out)  # the activation buffer is sized for one iteration's tokens
-    activations = act_tokens * (4.0 * h + 2.0 * n_fc1) * 2.0 + act_tokens * V / t * 4.0 / np.maximum(s_in, 1.0)
-    free = x["hbm_bytes"] - weights - activations - K.RUNTIME_RESERVED_BYTES
-    kv_budget = frac * free
-    ctx = s_in + 0.5 * s_out  # mean context of a running request (pages grow as it decodes)
-    pages = np.ceil(ctx / block) * block
-    kv_token = L / p * 2.0 * kvh * d * kv_b  # KV bytes per token on one GPU (its L/pp layers)
-    kv_capacity = np.floor(np.maximum(kv_budget, 0.0) / (kv_token * pages))
+    mem = _kv_capacity(x, budget)
+    weights, activations, kv_budget = mem["weights"], mem["activations"], mem["kv_budget"]
+    pages, kv_token, kv_capacity = mem["pages"], mem["kv_token"], mem["capacity"]
     fits = kv_capacity >= 1.0
 
     # ---- steady state at maximum concurrency -------------------------------------------------------------
