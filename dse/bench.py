@@ -470,6 +470,23 @@ def _answered_only(x: dict[str, np.ndarray], systems: np.ndarray, step: Any, n: 
     return {k: v[idx] for k, v in x.items()}, systems[idx]
 
 
+def _time_kernel(step: Any, x: dict[str, np.ndarray], systems: np.ndarray, chunk: int, repeats: int
+                 ) -> dict[str, float]:
+    """Best of ``repeats`` timings of an inference-side kernel over ``x`` in chunks (one core)."""
+    n = len(systems)
+    best, answered = float("inf"), 0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        answered = 0
+        for lo in range(0, n, chunk):
+            hi = min(lo + chunk, n)
+            out = step({k: v[lo:hi] for k, v in x.items()}, hwcat.hardware_columns(systems[lo:hi]))
+            answered += int(np.count_nonzero(out["fits"]))
+        best = min(best, time.perf_counter() - t0)
+    return {"configs": n, "seconds": best, "configs_per_s": n / best, "answered": answered,
+            "peak_rss_bytes": peak_rss_bytes()}
+
+
 def serve_bench(n: int, chunk: int, repeats: int, answered_only: bool = False) -> dict[str, float]:
     """The serving kernel on one core over N random configurations (or only ones it answers)."""
     from dse.cost.serving import serve_step
@@ -477,17 +494,7 @@ def serve_bench(n: int, chunk: int, repeats: int, answered_only: bool = False) -
     x, systems = random_serve_configs(n)
     if answered_only:
         x, systems = _answered_only(x, systems, serve_step, n)
-    best, answered = float("inf"), 0
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        answered = 0
-        for lo in range(0, n, chunk):
-            hi = min(lo + chunk, n)
-            out = serve_step({k: v[lo:hi] for k, v in x.items()}, hwcat.hardware_columns(systems[lo:hi]))
-            answered += int(np.count_nonzero(out["fits"]))
-        best = min(best, time.perf_counter() - t0)
-    return {"configs": n, "seconds": best, "configs_per_s": n / best, "answered": answered,
-            "peak_rss_bytes": peak_rss_bytes()}
+    return _time_kernel(serve_step, x, systems, chunk, repeats)
 
 
 REFERENCE_CASES = Path(__file__).resolve().parents[1] / "tests" / "reference" / "megatron_narayanan2021_table1.csv"
@@ -502,17 +509,7 @@ def infer_bench(n: int, chunk: int, repeats: int, answered_only: bool = False) -
     x["batch"] = np.where(np.isnan(x["batch"]), 64.0, x["batch"])
     if answered_only:
         x, systems = _answered_only(x, systems, infer_step, n)
-    best, answered = float("inf"), 0
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        answered = 0
-        for lo in range(0, n, chunk):
-            hi = min(lo + chunk, n)
-            out = infer_step({k: v[lo:hi] for k, v in x.items()}, hwcat.hardware_columns(systems[lo:hi]))
-            answered += int(np.count_nonzero(out["fits"]))
-        best = min(best, time.perf_counter() - t0)
-    return {"configs": n, "seconds": best, "configs_per_s": n / best, "answered": answered,
-            "peak_rss_bytes": peak_rss_bytes()}
+    return _time_kernel(infer_step, x, systems, chunk, repeats)
 
 
 def table_bench(rows: int = 200_000, typed: bool = False) -> dict[str, float]:
