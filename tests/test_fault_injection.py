@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -58,19 +59,27 @@ def _listing(path: Path) -> set[str]:
     return {str(p.relative_to(path)) for p in path.rglob("*")} if path.exists() else set()
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_kill_9_at_a_random_moment_then_resume_gives_the_uninterrupted_dataset(tmp_path, specs, reference, seed):
-    out = tmp_path / "killed"
-    proc = subprocess.Popen(_cmd(specs["faults"], out), cwd=REPO, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(random.Random(seed).uniform(0.3, 2.5))  # before, during or after the first parts
+def kill_then_resume(cmd: Callable[..., list[str]], out: Path, seconds: float) -> subprocess.CompletedProcess:
+    """Start ``cmd()`` (a dse run into ``out``), kill -9 its process group after ``seconds``, then run
+    ``cmd("--resume")`` (plain ``cmd()`` when the kill came before the spec file) to the end."""
+    proc = subprocess.Popen(cmd(), cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    time.sleep(seconds)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     proc.wait()
     extra = ("--resume",) if (out / "_spec.yaml").exists() else ()
-    res = subprocess.run(_cmd(specs["faults"], out, *extra), cwd=REPO, capture_output=True, text=True, timeout=120)
+    return subprocess.run(cmd(*extra), cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_kill_9_at_a_random_moment_then_resume_gives_the_uninterrupted_dataset(tmp_path, specs, reference, seed):
+    out = tmp_path / "killed"
+    # before, during or after the first parts
+    res = kill_then_resume(lambda *extra: _cmd(specs["faults"], out, *extra), out,
+                           random.Random(seed).uniform(0.3, 2.5))
     assert res.returncode == 0, res.stderr
     assert not list(out.glob(".part-*")), "temporary files are cleaned up"
     assert content_hash(out) == reference["faults"]

@@ -3,12 +3,8 @@ after a kill -9 and ``--resume``, and a bad --keep value is an exit 2 that write
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -90,18 +86,11 @@ def test_keep_top_equals_the_best_rows_of_a_full_run(tmp_path, spec_path, full):
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_keep_survives_kill_9_and_resume(tmp_path, spec_path, full, seed):
+    from tests.test_fault_injection import kill_then_resume
+
     out = tmp_path / "killed"
-    proc = subprocess.Popen(_cmd(spec_path, out, "--keep", PARETO), cwd=REPO, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(random.Random(seed).uniform(0.5, 2.5))
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-    extra = ("--resume",) if (out / "_spec.yaml").exists() else ()
-    res = subprocess.run(_cmd(spec_path, out, "--keep", PARETO, *extra), cwd=REPO, capture_output=True, text=True,
-                         timeout=120)
+    res = kill_then_resume(lambda *extra: _cmd(spec_path, out, "--keep", PARETO, *extra), out,
+                           random.Random(seed).uniform(0.5, 2.5))
     assert res.returncode == 0, res.stderr
     front = pareto_front(full, ["step_time_s:min", "gpus:min", "mem_total_bytes:min"], by="model")
     assert _points(pd.read_parquet(out)) == _points(front)
