@@ -414,16 +414,27 @@ def evaluate_infer(frame: pd.DataFrame, source: str = "<frame>",
     out["infeasible_reason"] = pd.Categorical.from_codes(res["reason"].astype(np.int64),
                                                          categories=pd.Index(codes.REASONS))
     if with_inputs:
-        inputs = pd.DataFrame({k: np.asarray(v) for k, v in x.items()}, index=frame.index)
-        inputs["mlp"] = codes.decode(inputs["mlp"].to_numpy(), codes.MLP)
-        inputs["precision"] = codes.decode(inputs["precision"].to_numpy(), codes.PRECISION)
-        inputs["kv_precision"] = codes.decode(inputs["kv_precision"].to_numpy(), codes.KV_PRECISION)
-        ints = [c for c in inputs.columns if c not in ("mlp", "precision", "kv_precision")]
-        inputs[ints] = inputs[ints].astype(np.int64)
-        inputs.insert(0, "system", np.asarray(hwcat.system_names(), dtype=object)[sys_codes])
-        inputs["hbm_bytes"] = hw["hbm_bytes"]
-        out = pd.concat([inputs, out], axis=1)
+        out = _inputs_beside(out, x, sys_codes, hw, integers=True)
     return out
+
+
+#: Categorical inputs of the inference-side models, decoded back to names beside their outputs.
+INFERENCE_VOCABULARIES = (("mlp", codes.MLP), ("precision", codes.PRECISION), ("kv_precision", codes.KV_PRECISION))
+
+
+def _inputs_beside(out: pd.DataFrame, x: Mapping[str, np.ndarray], sys_codes: np.ndarray,
+                   hw: Mapping[str, np.ndarray], integers: bool) -> pd.DataFrame:
+    """The resolved inputs (names decoded, ``system`` first, the GPU's ``hbm_bytes``) then ``out``; with
+    ``integers`` the numeric inputs as int64 (the static-batch model has no fractional or empty input)."""
+    inputs = pd.DataFrame({k: np.asarray(v) for k, v in x.items()}, index=out.index)
+    for col, vocab in INFERENCE_VOCABULARIES:
+        inputs[col] = codes.decode(inputs[col].to_numpy(), vocab)
+    if integers:
+        ints = [c for c in inputs.columns if c not in dict(INFERENCE_VOCABULARIES)]
+        inputs[ints] = inputs[ints].astype(np.int64)
+    inputs.insert(0, "system", np.asarray(hwcat.system_names(), dtype=object)[sys_codes])
+    inputs["hbm_bytes"] = hw["hbm_bytes"]
+    return pd.concat([inputs, out], axis=1)
 
 
 def _decode_kv_reads(frame: pd.DataFrame, source: str) -> np.ndarray:
@@ -516,12 +527,7 @@ def evaluate_serve(frame: pd.DataFrame, source: str = "<frame>",
     out["infeasible_reason"] = pd.Categorical.from_codes(res["reason"].astype(np.int64),
                                                          categories=pd.Index(codes.REASONS))
     if with_inputs:
-        inputs = pd.DataFrame({k: np.asarray(v) for k, v in x.items()}, index=frame.index)
-        for col, vocab in (("mlp", codes.MLP), ("precision", codes.PRECISION), ("kv_precision", codes.KV_PRECISION)):
-            inputs[col] = codes.decode(inputs[col].to_numpy(), vocab)
-        inputs.insert(0, "system", np.asarray(hwcat.system_names(), dtype=object)[sys_codes])
-        inputs["hbm_bytes"] = hw["hbm_bytes"]
-        out = pd.concat([inputs, out], axis=1)
+        out = _inputs_beside(out, x, sys_codes, hw, integers=False)
     return out
 
 
