@@ -227,7 +227,7 @@ def check_stack(frame: pd.DataFrame, source: str) -> None:
         return
     raw = frame["stack"]
     blank = _blank(raw)
-    names = raw.astype(object).where(~blank, "").astype(str).str.strip().str.lower()
+    names = _lower_names(raw, blank, "")
     ok = (names.isin(stack_names()) | blank).to_numpy()
     if not ok.all():
         pos = int(np.flatnonzero(~ok)[0])
@@ -445,7 +445,7 @@ def _decode_kv_reads(frame: pd.DataFrame, source: str) -> np.ndarray:
     if "stack" in frame.columns:
         from dse.stacks import profile
 
-        names = frame["stack"].astype(object).where(~_blank(frame["stack"]), "").astype(str).str.strip().str.lower()
+        names = _lower_names(frame["stack"], _blank(frame["stack"]), "")
         for stack in [s for s in pd.unique(names) if s]:
             value = profile(stack).get("decode_kv_reads")
             if value is not None:
@@ -458,7 +458,7 @@ def _named_codes(frame: pd.DataFrame, col: str, vocab: tuple[str, ...], source: 
     """Codes of a categorical column outside :data:`CATEGORICAL` (NaN for empty cells)."""
     raw = frame[col]
     blank = _blank(raw)
-    names = raw.astype(object).where(~blank, vocab[0]).astype(str).str.strip().str.lower()
+    names = _lower_names(raw, blank, vocab[0])
     ok = names.isin(vocab).to_numpy()
     if not ok.all():
         pos = int(np.flatnonzero(~ok)[0])
@@ -497,7 +497,7 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     if "stack" in frame.columns:
         from dse.stacks import profile
 
-        names = frame["stack"].astype(object).where(~_blank(frame["stack"]), "").astype(str).str.strip().str.lower()
+        names = _lower_names(frame["stack"], _blank(frame["stack"]), "")
         for stack in [s for s in pd.unique(names) if s]:
             rows = (names == stack).to_numpy()
             prof = profile(stack)

@@ -107,6 +107,12 @@ def _blank(series: pd.Series) -> np.ndarray:
     return blank(series)
 
 
+def _lower_names(raw: pd.Series, blank: np.ndarray, default: str) -> pd.Series:
+    from dse.frame import _lower_names as lower  # one definition (imported late, as _blank)
+
+    return lower(raw, blank, default)
+
+
 def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAIN_KNOBS, record: bool = True
                 ) -> tuple[pd.DataFrame, list[dict[str, object]]]:
     """Fill the empty knob cells of rows that name a stack from its profile (stated cells win).
@@ -117,7 +123,7 @@ def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAI
     filled: list[dict[str, object]] = [empty] * len(frame)
     if "stack" not in frame.columns or not len(frame):
         return frame, filled
-    names = frame["stack"].astype(object).where(~_blank(frame["stack"]), "").astype(str).str.strip().str.lower()
+    names = _lower_names(frame["stack"], _blank(frame["stack"]), "")
     present = [s for s in pd.unique(names) if s]
     if not present:
         return frame, filled

@@ -21,12 +21,16 @@ from dse.frame import (
     OPTIONAL_KNOBS,
     InputError,
     _distinct_rows,
+    _lower_names,
     check_configuration_cells,
     distinct_apply,
     evaluate_infer,
     evaluate_serve,
     evaluate_train,
     read_yaml,
+)
+from dse.frame import (
+    _blank as blank_series,
 )
 from dse.stacks import apply_stack
 
@@ -158,7 +162,7 @@ def apply_assumptions(frame: pd.DataFrame, assumptions: Sequence[Assumption]) ->
     for col, value in wanted.items():
         if col not in frame.columns:
             frame[col] = pd.Series([None] * len(frame), index=frame.index, dtype=object)
-        take = ~pd.isna(value) & _blank_cells(frame[col])
+        take = ~pd.isna(value) & blank_series(frame[col])
         if take.any():
             column = frame[col].to_numpy(dtype=object).copy()
             column[take] = value[take]
@@ -172,13 +176,6 @@ def apply_assumptions(frame: pd.DataFrame, assumptions: Sequence[Assumption]) ->
         for pos in any_rows:
             applied[pos] = {c: v[pos] for c, v in filled_cols.items() if v[pos] is not None}
     return frame, applied
-
-
-def _blank_cells(series: pd.Series) -> np.ndarray:
-    """True where a cell is empty (NaN, None or whitespace)."""
-    from dse.frame import _blank as blank
-
-    return blank(series)
 
 
 def read_cases(path: str | Path) -> pd.DataFrame:
@@ -291,8 +288,8 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
                else np.ones(len(frame)))
     n = len(frame)
     if "stack" in frame:
-        stack_text = frame["stack"].astype(object).where(frame["stack"].notna(), "").astype(str).str.strip()
-        stacks = stack_text.str.lower().where(stack_text != "", None).to_numpy(dtype=object)
+        stack_names_ = _lower_names(frame["stack"], blank_series(frame["stack"]), "")
+        stacks = stack_names_.where(stack_names_ != "", None).to_numpy(dtype=object)
     else:
         stacks = np.full(n, None, dtype=object)
     cases = frame["case"].astype(str).to_numpy(dtype=object)
