@@ -26,9 +26,8 @@ from dse.hardware import catalog as hwcat
 from dse.models.catalog import models
 
 
-def random_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """N random training configurations over the catalogs (kernel inputs, system codes)."""
-    rng = np.random.default_rng(seed)
+def _random_models(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+    """The dimension columns of N models drawn from the catalog (kernel inputs)."""
     cat = models()
     pick = rng.integers(0, len(cat), n)
     x: dict[str, np.ndarray] = {}
@@ -36,6 +35,13 @@ def random_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], np.nda
                 "tied_embeddings"):
         x[col] = cat[col].to_numpy(dtype=np.float64)[pick]
     x["mlp"] = cat["mlp_code"].to_numpy(dtype=np.float64)[pick]
+    return x
+
+
+def random_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """N random training configurations over the catalogs (kernel inputs, system codes)."""
+    rng = np.random.default_rng(seed)
+    x = _random_models(rng, n)
     pow2 = lambda hi: 2.0 ** rng.integers(0, hi + 1, n)  # noqa: E731
     x["tp"], x["pp"], x["dp"], x["cp"] = pow2(3), pow2(4), pow2(7), pow2(1)
     x["ep"] = np.where(x["experts"] > 1, pow2(3), 1.0)
@@ -435,13 +441,7 @@ def random_serve_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], 
     from dse.cost.serving import SERVE_INPUTS
 
     rng = np.random.default_rng(seed)
-    cat = models()
-    pick = rng.integers(0, len(cat), n)
-    x: dict[str, np.ndarray] = {}
-    for col in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "experts", "top_k",
-                "tied_embeddings"):
-        x[col] = cat[col].to_numpy(dtype=np.float64)[pick]
-    x["mlp"] = cat["mlp_code"].to_numpy(dtype=np.float64)[pick]
+    x = _random_models(rng, n)
     pow2 = lambda hi: 2.0 ** rng.integers(0, hi + 1, n)  # noqa: E731
     x["tp"], x["pp"], x["dp"] = pow2(3), pow2(1), pow2(2)
     x["gpus"] = x["tp"] * x["pp"] * x["dp"]
