@@ -35,7 +35,7 @@ from dse import codes
 from dse.cost import constants as K
 from dse.cost.compute import gemm_bytes, gemm_flops
 from dse.cost.network import allreduce_time, group_links, p2p_time, spans_domains
-from dse.cost.select import INT_DOMAIN_MAX, divides, pick
+from dse.cost.select import INT_DOMAIN_MAX, divides, mask, pick
 from dse.cost.transformer import expert_params, kv_width, mlp_matrices
 from dse.hardware.catalog import HARDWARE_COLUMNS
 
@@ -57,8 +57,8 @@ INFER_METRICS: tuple[str, ...] = (
 def weight_bytes_per_param(precision: Array) -> Array:
     """Bytes per stored weight: 2 (fp16, bf16), 1 (fp8, int8), 0.5 (fp4, int4)."""
     p = precision
-    return 2.0 - 1.0 * ((p == codes.PRECISION_FP8) | (p == codes.PRECISION_INT8)) \
-        - 1.5 * ((p == codes.PRECISION_FP4) | (p == codes.PRECISION_INT4))
+    return 2.0 - mask((p == codes.PRECISION_FP8) | (p == codes.PRECISION_INT8), p) \
+        - 1.5 * mask((p == codes.PRECISION_FP4) | (p == codes.PRECISION_INT4), p)
 
 
 def kv_bytes_per_value(kv_precision: Array, precision: Array) -> Array:
@@ -66,8 +66,8 @@ def kv_bytes_per_value(kv_precision: Array, precision: Array) -> Array:
     matmuls, else 2."""
     low_math = (precision == codes.PRECISION_FP8) | (precision == codes.PRECISION_FP4)
     kv = kv_precision
-    explicit = 2.0 - 1.0 * ((kv == 3) | (kv == 4)) - 1.5 * (kv == 5)
-    return pick((kv == codes.KV_AUTO) * 1.0, 2.0 - 1.0 * low_math, explicit)
+    explicit = 2.0 - mask((kv == 3) | (kv == 4), kv) - 1.5 * mask(kv == 5, kv)
+    return pick(mask(kv == codes.KV_AUTO, kv), 2.0 - mask(low_math, kv), explicit)
 
 
 def serial_roofline_time(flops: Array, bytes_moved: Array, flops_rate: Array, bytes_rate: Array) -> Array:
@@ -107,8 +107,8 @@ def _rates(x: dict[str, Array]) -> tuple[Array, Array, Array, Array]:
     """(peak, GEMM rate, activation bytes, weight bytes) at the inference precision (serving-engine GEMM
     efficiency ``infer_matmul_eff_*``)."""
     p = x["precision"]
-    fp8 = (p == codes.PRECISION_FP8) * 1.0
-    fp4 = (p == codes.PRECISION_FP4) * 1.0
+    fp8 = mask(p == codes.PRECISION_FP8, p)
+    fp4 = mask(p == codes.PRECISION_FP4, p)
     m16 = 1.0 - fp8 - fp4
     peak = x["tensor_fp16_flops"] * m16 + x["tensor_fp8_flops"] * fp8 + x["tensor_fp4_flops"] * fp4
     rate = (x["infer_matmul_fp16_rate"] * m16 + x["infer_matmul_fp8_rate"] * fp8
@@ -121,7 +121,7 @@ def _layer_gemms(tokens: Array, x: dict[str, Array], rate: Array, act: Array, wb
     """Time of one layer's GEMMs for ``tokens`` tokens on one GPU (QKV, output projection, FFN or experts)."""
     h, t, f = x["hidden"], x["tp"], x["ffn_hidden"]
     E, k = x["experts"], x["top_k"]
-    moe = (E > 1) * 1.0
+    moe = mask(E > 1, E)
     kvw = kv_width(h, x["heads"], x["kv_heads"])
     n_qkv = (h + 2.0 * kvw) / t
     n_fc1 = (mlp_matrices(x["mlp"]) - 1.0) * f / t
@@ -142,13 +142,13 @@ def _infer(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one form
     t, p, dp = x["tp"], x["pp"], x["dp"]
     b, s_in, s_out = x["batch"], x["input_len"], x["output_len"]
     E = x["experts"]
-    moe = (E > 1) * 1.0
+    moe = mask(E > 1, E)
     d = h / a
     kv_heads_gpu = np.maximum(g / t, 1.0)  # TP beyond the KV heads replicates them (GQA/MQA)
     kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
     peak, rate, act, wb = _rates(x)
     mem = x["memory_rate"]
-    swiglu = (x["mlp"] == codes.MLP_SWIGLU) * 1.0
+    swiglu = mask(x["mlp"] == codes.MLP_SWIGLU, x["mlp"])
     n_fc1 = (mlp_matrices(x["mlp"]) - 1.0) * f / t
     tp_links = group_links(np.ones_like(t), t, x)
 
@@ -171,7 +171,7 @@ def _infer(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one form
     ctx = s_in + 0.5 * s_out
     dec_gemm = _layer_gemms(b, x, rate, act, wb)
     # once per KV head, or once per query head (decode_kv_reads = 1: TensorRT-LLM <= 0.10 masked MHA)
-    read_heads = pick((x["decode_kv_reads"] == 1) * 1.0, np.maximum(a / t, 1.0), kv_heads_gpu)
+    read_heads = pick(mask(x["decode_kv_reads"] == 1, a), np.maximum(a / t, 1.0), kv_heads_gpu)
     kv_read = b * ctx * 2.0 * read_heads * d * kv_b
     dec_attn = serial_roofline_time(4.0 * b * ctx * h / t, kv_read + 4.0 * b * h / t * 2.0, x["attention_rate"], mem)
     dec_ew = (K.RESIDUAL_FWD_BYTES * b * h + act_bytes * b * f / t + b * 2.0 * kv_heads_gpu * d * kv_b) / mem
@@ -185,8 +185,8 @@ def _infer(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one form
     # ---- memory per GPU ------------------------------------------------------------------------------------
     p_attn = h * (2.0 * h + 2.0 * kv_width(h, a, g)) / t
     p_layer = p_attn + (1.0 + moe * (E - 1.0)) * expert_params(h, f, x["mlp"]) / t + moe * h * E
-    untied = (x["tied_embeddings"] <= 0) * 1.0
-    single = (p <= 1) * 1.0
+    untied = mask(x["tied_embeddings"] <= 0, p)
+    single = mask(p <= 1, p)
     weights = L / p * p_layer * wb + V * h / t * 2.0 * (1.0 + single * untied)
     kv_per_seq = (s_in + s_out) * L / p * 2.0 * kv_heads_gpu * d * kv_b
     kv = b * kv_per_seq
@@ -227,7 +227,7 @@ def inference_ops(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dic
     x = dict(zip(names, arrays, strict=True))
     h, t, f, V = x["hidden"], x["tp"], x["ffn_hidden"], x["vocab"]
     E, k = x["experts"], x["top_k"]
-    moe = (E > 1) * 1.0
+    moe = mask(E > 1, E)
     kk = 1.0 + moe * (k - 1.0)
     d = h / x["heads"]
     kvw = kv_width(h, x["heads"], x["kv_heads"])

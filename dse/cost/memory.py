@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from dse.codes import MLP_SWIGLU
+from dse.cost.select import mask
 
 Array = Any  # numpy arrays or scalars that broadcast (the stubs cannot express broadcasting)
 
@@ -64,7 +65,7 @@ def layer_activation_terms(
     gi = gemm_input_bytes
     resid = tokens * hidden / (1.0 + sp * (tp - 1.0))
     replicated = (6.0 + 2.0 * gi) * resid
-    ffn_act = 2.0 + 2.0 * (mlp == MLP_SWIGLU)
+    ffn_act = 2.0 + 2.0 * mask(mlp == MLP_SWIGLU, mlp)
     split = tokens * ((2.0 + gi) * hidden + 4.0 * kv_width + (ffn_act + gi) * top_k * ffn_hidden) / tp
     scores = standard_attention * (5.0 * micro_batch * heads / tp * seq_len * seq_len)
     return replicated + split, scores, resid

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from dse.cost.select import pick
+from dse.cost.select import mask, pick
 
 Array = Any  # numpy arrays or scalars that broadcast (the stubs cannot express broadcasting)
 
@@ -45,14 +45,14 @@ def inflight_layer_microbatches(microbatches: Array, pp: Array, vpp: Array, laye
     one_f_one_b = np.minimum(pp, microbatches) * layers / pp
     chunks = np.minimum(2.0 * (pp - 1.0) + (vpp - 1.0) * pp + 1.0, microbatches * vpp)
     interleaved = chunks * layers / (pp * vpp)
-    return pick((vpp > 1) * 1.0, interleaved, one_f_one_b)
+    return pick(mask(vpp > 1, vpp), interleaved, one_f_one_b)
 
 
 def inflight_layer_microbatches_last_stage(microbatches: Array, pp: Array, vpp: Array, layers: Array) -> Array:
     """Layer·micro-batch activations the last stage holds: one micro-batch of its L/p layers (1F1B); with
     interleaving Megatron-LM warms up (v−1)·p chunks on the last rank, so (v−1)·p + 1 chunks are alive."""
     chunks = np.minimum((vpp - 1.0) * pp + 1.0, microbatches * vpp)
-    return pick((vpp > 1) * 1.0, chunks * layers / (pp * vpp), layers / pp)
+    return pick(mask(vpp > 1, vpp), chunks * layers / (pp * vpp), layers / pp)
 
 
 def stage_layers_split(layers: Array, pp: Array, vpp: Array, split: Array, first_in: Array, last_in: Array
@@ -66,8 +66,15 @@ def stage_layers_split(layers: Array, pp: Array, vpp: Array, split: Array, first
     * explicit first / last (Megatron ``num_layers_in_first/last_pipeline_stage``, NaN when not given): the
       rest, L − first − last, split evenly over the p − 2 middle ranks.
 
-    With p = 1 the one rank holds all L.  Whether the counts divide is checked in the reasons."""
+    With p = 1 the one rank holds all L.  Whether the counts divide is checked in the reasons.
+
+    When no row asks for an uneven split (the usual sweep), the even split is returned without the selects:
+    first = last = L/p and middle = L/p (p > 2), 0 (p = 2) or L (p = 1), the values the general formula
+    gives for those rows, since (L − 2L/p)/(p − 2) = L/p exactly wherever L/p is an integer (the rows the
+    reasons keep; the others are not reported)."""
     even = layers / pp
+    if np.ndim(split) and not (split == 1).any() and np.isnan(first_in).all() and np.isnan(last_in).all():
+        return even, even * (pp != 2), even
     emb = (split == 1).astype(layers.dtype)
     split_edge = pick(emb, (layers + 2.0) / pp - 1.0, even)
     first_asked: Array = np.where(np.isnan(first_in), split_edge, first_in)
@@ -83,4 +90,4 @@ def inflight_chunk_microbatches(microbatches: Array, pp: Array, vpp: Array, rank
     :func:`inflight_layer_microbatches` and :func:`inflight_layer_microbatches_last_stage` per layer."""
     one_f_one_b = np.minimum(pp - rank, microbatches)
     chunks = np.minimum(2.0 * (pp - 1.0 - rank) + (vpp - 1.0) * pp + 1.0, microbatches * vpp)
-    return pick((vpp > 1) * 1.0, chunks / vpp, one_f_one_b)
+    return pick(mask(vpp > 1, vpp), chunks / vpp, one_f_one_b)

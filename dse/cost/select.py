@@ -19,6 +19,15 @@ def pick(mask: Array, if_true: Array | float, if_false: Array | float) -> Array:
     return if_true * mask + if_false * (1.0 - mask)
 
 
+def mask(cond: Array, like: Array) -> Array:
+    """``cond`` as a float 0/1 mask in the floating dtype of ``like`` (the kernel's working dtype).  Not
+    ``cond * 1.0``: a bool array times a Python float is float64, and one float64 mask turns every term it
+    touches of a float32 kernel into float64 (twice the memory traffic).  Python scalars (``dse explain``,
+    tests) and non-float arrays give float64."""
+    dtype = like.dtype if isinstance(like, (np.ndarray, np.generic)) and like.dtype.kind == "f" else np.float64
+    return np.asarray(cond).astype(dtype)
+
+
 #: Largest integer input (tables, specs, explain): 2^24 − 1.  The kernels compute in float32, whose integers are
 #: exact up to 2^24.  With every input ≤ 2^24 − 1, :func:`divides` is exact (below), a product of inputs is
 #: either exact (< 2^24) or rounds to ≥ 2^24 and so cannot equal an input (``tp*pp*cp*dp == gpus`` stays

@@ -59,7 +59,7 @@ from dse.cost.pipeline import (
     pipeline_time,
     stage_layers_split,
 )
-from dse.cost.select import INT_DOMAIN_MAX, divides, pick
+from dse.cost.select import INT_DOMAIN_MAX, divides, mask, pick
 from dse.cost.transformer import (
     expert_params,
     kv_width,
@@ -148,6 +148,10 @@ def train_step(inputs: Mapping[str, object], hw: Mapping[str, object],
                 out[k][idx] = sub[k]
             exceeds = np.zeros(ok.size, dtype=bool)
             exceeds[idx] = ~sub["fits"]
+        elif n_ok == ok.size:  # every row divides: the kernel's values as they are
+            full = _train_step(cols)
+            out = {k: full[k].astype(out_dtype, copy=False) for k in TRAIN_METRICS}
+            exceeds = ~full["fits"]
         else:
             full = _train_step(cols)
             nan_mask = np.where(ok, 0.0, np.nan).astype(DTYPE)  # one select; metrics get NaN by an addition
@@ -243,7 +247,7 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     targets = x["lora_targets"]
     adapter_layer: Array | float = 0.0
     if any_peft:
-        attn_io = pick((targets == 2) * 1.0, (h + h) + (h + kvw), (h + h + 2.0 * kvw) + (h + h))
+        attn_io = pick(mask(targets == 2, h), (h + h) + (h + kvw), (h + h + 2.0 * kvw) + (h + h))
         mlp_io = (targets == 0) * ((h + (n_mlp - 1.0) * f) + (f + h))
         adapter_layer = r * (attn_io + mlp_io * (1.0 + moe * (E / e - 1.0))) / t  # parameters per GPU, layer
         adapter_fwd = peft * gemm_flops(T, r, attn_io + mlp_io * kk) / t / mm_rate
@@ -333,7 +337,7 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
 
     # ---- pipeline point-to-point ------------------------------------------------------------------------
     pp_cross = spans_domains(t * c * d, p, D)
-    p2p_mb = (p > 1) * 2.0 * v * p2p_time(pp_activation_bytes(b, s, c, h, t), pp_cross, hw)
+    p2p_mb = (p > 1) * (2.0 * v * p2p_time(pp_activation_bytes(b, s, c, h, t), pp_cross, hw))
     stage_compute = lps * (layer_compute + recompute)
     pp_exposed = p2p_mb - pp_overlap * np.minimum(p2p_mb, stage_compute)
 
@@ -428,7 +432,7 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
                           d2h_ + stream_ - stage_compute)
         only = np.maximum(np.maximum(first, last), 0.0)
         many = np.maximum(first, 0.0) + np.maximum(m - 2.0, 0.0) * regular + np.maximum(last, 0.0)
-        return pick((m <= 1) * 1.0, only, many)
+        return pick(mask(m <= 1, m), only, many)
 
     serial_dp = (1.0 - dp_overlap) * (grad_sync + z12 * param_gather) + (1.0 - dp_overlap * prefetch) * m * gathers
     hidden_dp = exposed(0.0, 0.0)
@@ -523,7 +527,8 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
         "mem_activations_bytes": act, "mem_buffers_bytes": buffers, "mem_total_bytes": total,
     })
 
-    result: dict[str, Array] = {k: out[k].astype(np.float64, copy=False) for k in TRAIN_METRICS}
+    # in the kernel's dtype: train_step casts once, to the caller's
+    result: dict[str, Array] = {k: out[k] for k in TRAIN_METRICS}
     result["fits"] = total <= hw["hbm_bytes"]
     return result
 

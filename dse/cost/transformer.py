@@ -12,13 +12,14 @@ from typing import Any
 import numpy as np  # noqa: F401  (Array alias)
 
 from dse.codes import MLP_SWIGLU
+from dse.cost.select import mask
 
 Array = Any  # numpy arrays or scalars that broadcast (the stubs cannot express broadcasting)
 
 
 def mlp_matrices(mlp: Array) -> Array:
     """Weight matrices in one FFN: 3 for swiglu (gate, up, down), 2 for gelu and relu2."""
-    return 2.0 + (mlp == MLP_SWIGLU)
+    return 2.0 + mask(mlp == MLP_SWIGLU, mlp)
 
 
 def kv_width(hidden: Array, heads: Array, kv_heads: Array) -> Array:
