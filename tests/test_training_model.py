@@ -213,3 +213,27 @@ def test_python_api_accepts_a_model_name_only():
                                       "pp": 2, "global_batch": 128, "seq_len": 8192}]))
     assert out["layers"].iloc[0] == 80
     assert np.isfinite(out["step_time_s"].iloc[0])
+
+
+def test_kernels_compute_in_float32_end_to_end():
+    """Every metric of the training and inference kernels stays in the float32 working dtype.  A bool mask
+    times a Python float is float64 (NEP 50) and turns every term it touches float64, which halved the kernels'
+    speed without changing a printed digit; only a dtype check catches it."""
+    from dse.bench import DTYPE, random_serve_configs
+    from dse.cost.inference import INFER_INPUTS, _infer
+    from dse.cost.training import _train_step
+
+    x, systems = random_configs(2000, seed=2)
+    x["finetune"][:] = np.resize([0.0, 1.0, 2.0], 2000)  # every whole-batch switch on
+    x["offload"][:] = np.resize([0.0, 1.0, 2.0], 2000)
+    hw = hwcat.hardware_columns(systems, dtype=DTYPE)
+    with np.errstate(all="ignore"):
+        out = _train_step({**x, **hw})
+    assert {k: v.dtype for k, v in out.items() if k != "fits" and v.dtype != DTYPE} == {}
+    xs, systems = random_serve_configs(2000)
+    xi = {k: np.asarray(xs[k], dtype=DTYPE) for k in INFER_INPUTS}
+    xi["batch"] = np.where(np.isnan(xi["batch"]), 64.0, xi["batch"]).astype(DTYPE)
+    xi["decode_kv_reads"] = np.resize(np.array([0.0, 1.0], dtype=DTYPE), 2000)
+    with np.errstate(all="ignore"):
+        out = _infer({**xi, **hwcat.hardware_columns(systems, dtype=DTYPE)})
+    assert {k: np.asarray(v).dtype for k, v in out.items() if k != "fits" and np.asarray(v).dtype != DTYPE} == {}
