@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 import yaml
 
 from dse import codes
@@ -89,6 +91,22 @@ def _where(source: str, frame: pd.DataFrame, pos: int) -> str:
     return f"{source}: {line}{case}"
 
 
+def _arrow_text(series: pd.Series) -> pa.Array | None:
+    """The cells as one Arrow string array (null where NaN or None), converted without a Python step per
+    cell (zero-copy for Arrow-backed text); None when they are not all text (numbers, mixed objects)."""
+    if series.dtype.kind in "iufb":
+        return None
+    try:
+        arr = pa.array(series, from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+        return None
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_null(arr.type):  # every cell NaN or None
+        return arr.cast(pa.string())
+    return arr if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type) else None
+
+
 def _blank(series: pd.Series) -> np.ndarray:
     """True where a cell is empty (NaN, None or whitespace), vectorized: numeric columns by isnan, text by
     Arrow's whitespace trim (no Python step per cell)."""
@@ -99,9 +117,13 @@ def _blank(series: pd.Series) -> np.ndarray:
         return np.zeros(len(series), dtype=bool)
     if kind == "f":
         return np.isnan(series.to_numpy(dtype=np.float64))
+    text = _arrow_text(series)
+    if text is not None:
+        empty = pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(text)), 0)
+        return np.asarray(pc.fill_null(empty, True).to_numpy(zero_copy_only=False), dtype=bool)
     na = series.isna().to_numpy()
-    text = series.where(~na, "").astype("string[pyarrow]")
-    return na | (text.str.strip() == "").to_numpy(dtype=bool, na_value=True)
+    mixed = series.where(~na, "").astype(str).astype("string[pyarrow]")  # e.g. numbers and text in one column
+    return na | (mixed.str.strip() == "").to_numpy(dtype=bool, na_value=True)
 
 
 def _to_float(raw: pd.Series, blank: np.ndarray) -> np.ndarray:
@@ -109,42 +131,63 @@ def _to_float(raw: pd.Series, blank: np.ndarray) -> np.ndarray:
     vectorized cast (pandas' per-cell parser only when a cell does not parse, to find it)."""
     if raw.dtype.kind in "iufb":
         return raw.to_numpy(dtype=np.float64)
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    try:
-        text = pa.array(raw.to_numpy(dtype=object), type=pa.string(), mask=blank)
-        return pc.cast(pc.utf8_trim_whitespace(text), pa.float64()).to_numpy(zero_copy_only=False)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-        return pd.to_numeric(raw.where(~blank, np.nan), errors="coerce").to_numpy(dtype=np.float64)
+    text = _arrow_text(raw)
+    if text is not None:
+        trimmed = pc.utf8_trim_whitespace(text)
+        try:
+            cells = pc.if_else(pa.array(blank), pa.scalar(None, trimmed.type), trimmed)
+            return np.asarray(pc.cast(cells, pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            pass
+    return pd.to_numeric(raw.where(~blank, np.nan), errors="coerce").to_numpy(dtype=np.float64)
 
 
 def _lower_names(raw: pd.Series, blank: np.ndarray, default: str) -> pd.Series:
     """Cells as stripped lower-case names (``default`` where blank), vectorized through Arrow strings."""
-    text = raw.astype(object).where(~blank, default).astype("string[pyarrow]")
-    return text.str.strip().str.lower().astype(object)
+    text = _arrow_text(raw)
+    if text is not None:
+        names = pc.utf8_lower(pc.utf8_trim_whitespace(text)).cast(pa.string())
+        names = pc.if_else(pa.array(blank), pa.scalar(default, pa.string()), names)
+        return pd.Series(names.to_numpy(zero_copy_only=False), index=raw.index, dtype=object)
+    mixed = raw.astype(object).where(~blank, default).astype(str).astype("string[pyarrow]")
+    return mixed.str.strip().str.lower().astype(object)
 
 
-def _integers(frame: pd.DataFrame, col: str, source: str) -> pd.Series:
-    """Column as float64 with NaN for empty cells; raises InputError on a non-integer or out-of-range value."""
+def _integers(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
+    """Column as float64 with NaN for empty cells (all NaN when ``frame`` has no such column); raises
+    InputError on a non-integer or out-of-range value."""
+    if col not in frame.columns:
+        return np.full(len(frame), np.nan)
     raw = frame[col]
     blank = _blank(raw)
-    num = pd.Series(_to_float(raw, blank), index=raw.index)
-    bad = (~blank) & (num.isna().to_numpy() | (np.fmod(num.fillna(0).to_numpy(), 1.0) != 0))
+    vals = _to_float(raw, blank)
     lo, hi = INTEGER_MIN.get(col, 0), INTEGER_MAX.get(col, INT_DOMAIN_MAX)
-    vals = num.to_numpy()
-    bad |= (~blank) & ~np.isnan(vals) & ((vals < lo) | (vals > hi))
+    with np.errstate(invalid="ignore"):
+        bad = ~blank & ~((np.fmod(vals, 1.0) == 0) & (vals >= lo) & (vals <= hi))  # NaN (not a number) fails
     if bad.any():
         pos = int(np.flatnonzero(bad)[0])
         allowed = (f"an integer >= {lo} and <= {hi:,} (2^24 - 1: sizes are computed exactly up to there)"
                    if hi == INT_DOMAIN_MAX else f"an integer in {lo}..{hi}")
         raise InputError(f"{_where(source, frame, pos)}, column {col!r}: value {show(raw.iloc[pos])} is not "
                          f"allowed; allowed: {allowed} (or empty for the default)")
-    return num
+    return vals
+
+
+def _required_integers(frame: pd.DataFrame, col: str, source: str, task: str = "") -> np.ndarray:
+    """:func:`_integers` of a column every row must fill (InputError naming the first empty cell)."""
+    vals = _integers(frame, col, source)
+    if np.isnan(vals).any():
+        pos = int(np.flatnonzero(np.isnan(vals))[0])
+        raise InputError(f"{_where(source, frame, pos)}, column {col!r}: empty, but a value is required"
+                         + (f" for task {task!r}" if task else ""))
+    return vals
 
 
 def _categorical(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
-    """Codes of a categorical column as float64, NaN for empty cells (filled by :func:`fill_defaults`)."""
+    """Codes of a categorical column as float64, NaN for empty cells (filled by :func:`fill_defaults`; all NaN
+    when ``frame`` has no such column)."""
+    if col not in frame.columns:
+        return np.full(len(frame), np.nan)
     raw = frame[col]
     blank = _blank(raw)
     default = CATEGORICAL_DEFAULTS[col]
@@ -180,8 +223,9 @@ def _fill_dimensions_from_catalog(frame: pd.DataFrame, source: str = "<frame>") 
     if not known.any():
         return frame
     frame = frame.copy()
+    rows = cat.reindex(names.to_numpy())  # the catalog row of each row's model (NaN where not catalogued)
     for col in DIMENSION_COLUMNS:
-        values = cat.reindex(names.to_numpy())[col].to_numpy()
+        values = rows[col].to_numpy()
         if col not in frame.columns:
             frame[col] = pd.Series(values, index=frame.index, dtype=object).where(known, None)
         else:
@@ -265,25 +309,10 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
             raise InputError(f"{source}: missing column {col!r} (required; see README.md, section 'Case files')")
     if "dp" not in frame.columns and "gpus" not in frame.columns:
         raise InputError(f"{source}: missing column 'dp' or 'gpus' (one of them is required)")
-    n = len(frame)
-    empty = pd.Series([np.nan] * n, index=frame.index, dtype=object)
-
-    def column_or_empty(name: str) -> pd.Series:
-        return frame[name] if name in frame.columns else empty
-
     x: dict[str, np.ndarray] = {}
     for name in ("layers", "hidden", "heads", "vocab", "tp", "pp", "seq_len", "global_batch"):
-        v = _integers(frame, name, source)
-        if v.isna().any():
-            pos = int(np.flatnonzero(v.isna().to_numpy())[0])
-            raise InputError(f"{_where(source, frame, pos)}, column {name!r}: empty, but a value is required")
-        x[name] = v.to_numpy()
-    optional = ("kv_heads", "ffn_hidden", "experts", "top_k", "cp", "ep", "vpp", "micro_batch", "sp", "zero", "dp",
-                "gpus", "dp_overlap", "pp_overlap", "tied_embeddings", "mlp", "recompute", "precision", "attention",
-                "tp_overlap", "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch", "pipeline_split",
-                "layers_first_stage", "layers_last_stage", "doc_len")
-    work = frame.assign(**{k: column_or_empty(k) for k in optional})
-    ints = {k: _integers(work, k, source).to_numpy() for k in (
+        x[name] = _required_integers(frame, name, source)
+    ints = {k: _integers(frame, k, source) for k in (
         "kv_heads", "ffn_hidden", "experts", "top_k", "cp", "ep", "vpp", "micro_batch", "sp", "zero", "dp",
         "gpus", "dp_overlap", "pp_overlap", "tied_embeddings", "lora_rank", "layers_first_stage",
         "layers_last_stage", "doc_len")}
@@ -294,7 +323,7 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
         raise InputError(f"{_where(source, frame, pos)}, columns 'dp' and 'gpus': both empty; give at least one")
     x.update(ints)
     for key in CATEGORICAL:
-        x[key] = _categorical(work, key, source)
+        x[key] = _categorical(frame, key, source)
     if np.isnan(x["tied_embeddings"]).any():
         x["tied_embeddings"] = np.where(np.isnan(x["tied_embeddings"]), tied_embeddings_default(frame, x),
                                         x["tied_embeddings"])
@@ -305,14 +334,16 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
 
 def resolved_inputs(x: Mapping[str, np.ndarray], index: pd.Index) -> pd.DataFrame:
     """The kernel inputs after defaults, categorical codes decoded back to names (for display and audit)."""
-    out = pd.DataFrame({k: np.asarray(v) for k, v in x.items()}, index=index)
-    for col, vocab in CATEGORICAL.items():
-        out[col] = codes.decode(out[col].to_numpy(), vocab)
-    # empty: from the split / not packed
-    nullable = [c for c in ("layers_first_stage", "layers_last_stage", "doc_len") if c in out.columns]
-    ints = [c for c in out.columns if c not in CATEGORICAL and c not in nullable]
-    out[ints] = out[ints].astype(np.int64)
-    out[nullable] = out[nullable].astype("Int64")
+    nullable = ("layers_first_stage", "layers_last_stage", "doc_len")  # empty: from the split / not packed
+    columns: dict[str, Any] = {}
+    for k, v in x.items():
+        if k in CATEGORICAL:
+            columns[k] = codes.decode(np.asarray(v), CATEGORICAL[k])
+        elif k in nullable:
+            columns[k] = pd.array(np.asarray(v, dtype=np.float64), dtype="Int64")
+        else:
+            columns[k] = np.asarray(v).astype(np.int64)
+    out = pd.DataFrame(columns, index=index)
     return out
 
 
@@ -363,24 +394,15 @@ def infer_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
         if col not in frame.columns:
             raise InputError(f"{source}: missing column {col!r} (required for task 'infer'; see "
                              "README.md, section 'Case files')")
-    n = len(frame)
-    empty = pd.Series([np.nan] * n, index=frame.index, dtype=object)
     x: dict[str, np.ndarray] = {}
     for name in ("layers", "hidden", "heads", "vocab", "tp", "batch", "input_len", "output_len"):
-        v = _integers(frame, name, source)
-        if v.isna().any():
-            pos = int(np.flatnonzero(v.isna().to_numpy())[0])
-            raise InputError(f"{_where(source, frame, pos)}, column {name!r}: empty, but a value is required for "
-                             "task 'infer'")
-        x[name] = v.to_numpy()
-    optional = ("kv_heads", "ffn_hidden", "experts", "top_k", "pp", "dp", "gpus", "tied_embeddings", "mlp",
-                "precision", "kv_precision")
-    work = frame.assign(**{k: frame[k] if k in frame.columns else empty for k in optional})
+        x[name] = _required_integers(frame, name, source, task="infer")
     for k in ("kv_heads", "ffn_hidden", "experts", "top_k", "pp", "dp", "gpus", "tied_embeddings"):
-        x[k] = _integers(work, k, source).to_numpy()
+        x[k] = _integers(frame, k, source)
     for key in ("mlp", "precision"):
-        x[key] = _categorical(work, key, source)
-    raw = work["kv_precision"]
+        x[key] = _categorical(frame, key, source)
+    raw = frame["kv_precision"] if "kv_precision" in frame.columns else pd.Series(np.nan, index=frame.index,
+                                                                                   dtype=object)
     blank = _blank(raw)
     kv_names = raw.astype(object).where(~blank, "auto").astype(str).str.strip().str.lower()
     ok = kv_names.isin(codes.KV_PRECISION).to_numpy()
@@ -482,16 +504,15 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     x["batch"] = np.where(blank_batch, np.nan, x["batch"])
     empty = pd.Series([np.nan] * n, index=frame.index, dtype=object)
     work = frame.assign(**{k: frame[k] if k in frame.columns else empty for k in ("max_num_tokens", "request_rate")})
-    x["max_num_tokens"] = _integers(work, "max_num_tokens", source).to_numpy()
+    x["max_num_tokens"] = _integers(frame, "max_num_tokens", source)
     check_configuration_cells(work[["request_rate"]], source)  # a positive finite number or empty
     rate = work["request_rate"]
     x["request_rate"] = pd.to_numeric(rate.where(~_blank(rate), np.nan), errors="coerce").to_numpy(np.float64)
     x["kv_memory_fraction"] = np.full(n, np.nan)
     x["kv_block_tokens"] = np.full(n, np.nan)
     # (decode_kv_reads: filled by infer_inputs from the row or its stack)
-    pools = frame.assign(**{k: frame[k] if k in frame.columns else empty for k in ("prefill_gpus", "prefill_tp")})
-    x["prefill_gpus"] = _integers(pools, "prefill_gpus", source).to_numpy()
-    x["prefill_tp"] = _integers(pools, "prefill_tp", source).to_numpy()
+    x["prefill_gpus"] = _integers(frame, "prefill_gpus", source)
+    x["prefill_tp"] = _integers(frame, "prefill_tp", source)
     # a disaggregated deployment's GPUs: the prefill pool's and the decode pool's (tp·pp·dp)
     x["gpus"] = np.where(np.isnan(x["prefill_gpus"]), x["gpus"], x["tp"] * x["pp"] * x["dp"] + x["prefill_gpus"])
     if "stack" in frame.columns:
@@ -550,7 +571,25 @@ def evaluate(frame: pd.DataFrame, overrides: dict[tuple[str, str], float] | None
     first, inverse = distinct
     once = _evaluate(frame.iloc[first], overrides)
     added = [c for c in once.columns if c not in frame.columns]
-    return pd.concat([frame, once[added].take(inverse).set_axis(frame.index)], axis=1)
+    return pd.concat([frame, _take_rows(once[added], inverse, frame.index)], axis=1)
+
+
+def _take_rows(frame: pd.DataFrame, positions: np.ndarray, index: pd.Index) -> pd.DataFrame:
+    """``frame.take(positions)`` with ``index``, same columns and dtypes: the numpy columns of one dtype are
+    gathered as one 2-D block (one pass instead of one per column, several times faster than pandas' take of
+    unconsolidated columns), the others (text, categorical, nullable) one by one."""
+    columns: dict[str, Any] = {}
+    by_dtype: dict[np.dtype, list[str]] = {}
+    for col in frame.columns:
+        dtype = frame[col].dtype
+        if isinstance(dtype, np.dtype) and dtype.kind in "fiub":
+            by_dtype.setdefault(dtype, []).append(col)
+        else:
+            columns[col] = frame[col].array.take(positions)
+    for names in by_dtype.values():
+        block = np.take(np.stack([frame[c].to_numpy() for c in names]), positions, axis=1)
+        columns.update(zip(names, block, strict=True))
+    return pd.DataFrame({c: columns[c] for c in frame.columns}, index=index, copy=False)
 
 
 def distinct_apply(frame: pd.DataFrame, fn: Any, columns: list[str] | None = None) -> pd.DataFrame:
@@ -564,7 +603,7 @@ def distinct_apply(frame: pd.DataFrame, fn: Any, columns: list[str] | None = Non
     once: pd.DataFrame = fn(frame.iloc[first])
     if columns is not None:
         once = once[[c for c in columns if c in once.columns]]
-    return once.take(inverse).set_axis(frame.index)
+    return _take_rows(once, inverse, frame.index)
 
 
 #: Evaluate distinct rows only when they are at most this fraction of the table.
@@ -582,6 +621,8 @@ def _distinct_rows(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
     key = np.zeros(n, dtype=np.int64)
     radix = 1
     for col in [c for c in frame.columns if c not in ignore]:
+        if _constant(frame[col]):  # one value: it distinguishes no rows (a cheaper pass than hashing it)
+            continue
         codes, uniques = pd.factorize(frame[col], use_na_sentinel=False)
         k = max(len(uniques), 1)
         if radix * k >= 2**62:  # compress the key so far before it overflows
@@ -599,6 +640,25 @@ def _distinct_rows(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
     return first[order], rank[inverse.reshape(-1)]
+
+
+def _constant(series: pd.Series) -> bool:
+    """True when every cell of ``series`` is the same value (or every cell is missing), compared as stored."""
+    text = _arrow_text(series)
+    if text is not None:
+        if text.null_count:
+            return text.null_count == len(text)
+        # cells of different lengths differ: the offsets tell it without reading the text
+        offsets = np.frombuffer(text.buffers()[1], dtype=np.int64 if pa.types.is_large_string(text.type)
+                                else np.int32)[text.offset:text.offset + len(text) + 1]
+        lengths = np.diff(offsets)
+        if (lengths != lengths[0]).any():
+            return False
+        return bool(pc.all(pc.equal(text, text[0])).as_py())
+    if isinstance(series.dtype, np.dtype) and series.dtype.kind in "iufb":
+        values = series.to_numpy()
+        return bool((values == values[0]).all() or (series.dtype.kind == "f" and np.isnan(values).all()))
+    return False
 
 
 def _evaluate(frame: pd.DataFrame, overrides: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
