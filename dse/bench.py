@@ -481,7 +481,9 @@ def _time_kernel(step: Any, x: dict[str, np.ndarray], systems: np.ndarray, chunk
         answered = 0
         for lo in range(0, n, chunk):
             hi = min(lo + chunk, n)
-            out = step({k: v[lo:hi] for k, v in x.items()}, hwcat.hardware_columns(systems[lo:hi]))
+            # as a sweep calls it: float32 hardware columns in, float32 outputs out
+            out = step({k: v[lo:hi] for k, v in x.items()}, hwcat.hardware_columns(systems[lo:hi], dtype=DTYPE),
+                       out_dtype=DTYPE)
             answered += int(np.count_nonzero(out["fits"]))
         best = min(best, time.perf_counter() - t0)
     return {"configs": n, "seconds": best, "configs_per_s": n / best, "answered": answered,

@@ -212,9 +212,9 @@ def _evaluate_batch(spec: Spec, grid: Grid, start: int, stop: int, feasible_only
     else:
         points, model = cols["point"], cols["model"]
     if spec.task == "serve":
-        out = serve_step(x, hw)
+        out = serve_step(x, hw, out_dtype=DTYPE)
     else:
-        out = infer_step(x, hw) if spec.task == "infer" else train_step(x, hw, out_dtype=DTYPE)
+        out = infer_step(x, hw, out_dtype=DTYPE) if spec.task == "infer" else train_step(x, hw, out_dtype=DTYPE)
     out[COST_COLUMN] = cost_per_million_tokens(spec, systems, x, out)
     keep = np.ones(len(points), dtype=bool)
     reason = out["reason"]

@@ -216,7 +216,7 @@ def test_python_api_accepts_a_model_name_only():
 
 
 def test_kernels_compute_in_float32_end_to_end():
-    """Every metric of the training and inference kernels stays in the float32 working dtype.  A bool mask
+    """Every metric of the training, inference and serving kernels stays in the float32 working dtype.  A bool mask
     times a Python float is float64 (NEP 50) and turns every term it touches float64, which halved the kernels'
     speed without changing a printed digit; only a dtype check catches it."""
     from dse.bench import DTYPE, random_serve_configs
@@ -237,3 +237,16 @@ def test_kernels_compute_in_float32_end_to_end():
     with np.errstate(all="ignore"):
         out = _infer({**xi, **hwcat.hardware_columns(systems, dtype=DTYPE)})
     assert {k: np.asarray(v).dtype for k, v in out.items() if k != "fits" and np.asarray(v).dtype != DTYPE} == {}
+    from dse.cost.serving import SERVE_INPUTS, _serve, _serve_disaggregated
+
+    xs, systems = random_serve_configs(2000)
+    xv = {k: np.asarray(xs[k], dtype=DTYPE) for k in SERVE_INPUTS}
+    xv["batch"] = np.where(np.isnan(xv["batch"]), 64.0, xv["batch"]).astype(DTYPE)
+    xv["prefill_gpus"] = np.full(2000, 8.0, dtype=DTYPE)
+    xv["prefill_tp"] = np.full(2000, 2.0, dtype=DTYPE)
+    for model in (_serve, _serve_disaggregated):
+        with np.errstate(all="ignore"):
+            out = model({**xv, **hwcat.hardware_columns(systems, dtype=DTYPE)})
+        wide = {k: np.asarray(v).dtype for k, v in out.items()
+                if k not in ("fits", "overloaded", "limit") and np.asarray(v).dtype != DTYPE}
+        assert wide == {}, model.__name__

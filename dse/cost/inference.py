@@ -81,10 +81,11 @@ def experts_visited(experts: Array, top_k: Array, tokens: Array) -> Array:
     return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
 
 
-def infer_step(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dict[str, Array]:
+def infer_step(inputs: Mapping[str, object], hw: Mapping[str, object],
+               out_dtype: type = np.float64) -> dict[str, Array]:
     """Evaluate the inference model; ``inputs`` holds :data:`INFER_INPUTS` (codes for categoricals), ``hw`` the
-    hardware columns.  Returns :data:`INFER_METRICS` (float64; NaN where the configuration does not divide)
-    plus ``fits`` and ``reason``."""
+    hardware columns.  Returns :data:`INFER_METRICS` (NaN where the configuration does not divide;
+    ``out_dtype``: float64 for tables, sweeps take the kernel's float32 as is) plus ``fits`` and ``reason``."""
     names = (*INFER_INPUTS, "decode_kv_reads", *HARDWARE_COLUMNS)
     reads = inputs["decode_kv_reads"] if "decode_kv_reads" in inputs else 0.0  # optional (default per KV head)
     arrays = np.broadcast_arrays(*[np.asarray(inputs[k], dtype=DTYPE) for k in INFER_INPUTS],
@@ -96,8 +97,8 @@ def infer_step(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dict[s
         reason = _infer_reason(x)
         ok = reason == 0
         fits = out.pop("fits") & ok
-        nan_mask = np.where(ok, 0.0, np.nan)
-        result = {k: (np.asarray(out[k], dtype=np.float64) + nan_mask) for k in INFER_METRICS}
+        nan_mask = np.where(ok, 0.0, np.nan).astype(DTYPE)  # one select; metrics get NaN by an addition
+        result = {k: (out[k] + nan_mask).astype(out_dtype, copy=False) for k in INFER_METRICS}
         result["fits"] = fits
         result["reason"] = np.where(ok & ~fits, codes.REASON_CODE["exceeds_hbm"], reason).astype(np.int16)
     return result

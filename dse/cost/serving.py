@@ -40,6 +40,7 @@ from dse import codes
 from dse.cost import constants as K
 from dse.cost.compute import gemm_bytes, gemm_flops
 from dse.cost.inference import (
+    DTYPE,
     INFER_INPUTS,
     _infer_reason,
     _layer_gemms,
@@ -48,7 +49,7 @@ from dse.cost.inference import (
     serial_roofline_time,
 )
 from dse.cost.network import allreduce_time, group_links, p2p_time, spans_domains
-from dse.cost.select import pick
+from dse.cost.select import mask, pick
 from dse.cost.transformer import expert_params, kv_width, mlp_matrices
 from dse.hardware.catalog import HARDWARE_COLUMNS
 
@@ -77,14 +78,15 @@ DEFAULT_KV_BLOCK_TOKENS = 64.0
 FIXED_POINT_ITERATIONS = 3
 
 
-def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dict[str, Array]:
+def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object],
+               out_dtype: type = np.float64) -> dict[str, Array]:
     """Evaluate the serving model; ``inputs`` holds :data:`SERVE_INPUTS` (NaN = empty: ``batch`` and
     ``max_num_tokens`` unlimited, ``request_rate`` maximum load), ``hw`` the hardware columns.  Returns
-    :data:`SERVE_METRICS` (float64, NaN where the configuration has no answer), ``limit`` (code into
-    :data:`LIMITS`), ``fits`` and ``reason``."""
+    :data:`SERVE_METRICS` (NaN where the configuration has no answer; ``out_dtype``: float64 for tables, sweeps
+    take the kernel's float32 as is), ``limit`` (code into :data:`LIMITS`), ``fits`` and ``reason``."""
     names = SERVE_INPUTS + HARDWARE_COLUMNS
-    arrays = np.broadcast_arrays(*[np.asarray(inputs[k], dtype=np.float64) for k in SERVE_INPUTS],
-                                 *[np.asarray(hw[k], dtype=np.float64) for k in HARDWARE_COLUMNS])
+    arrays = np.broadcast_arrays(*[np.asarray(inputs[k], dtype=DTYPE) for k in SERVE_INPUTS],
+                                 *[np.asarray(hw[k], dtype=DTYPE) for k in HARDWARE_COLUMNS])
     x = dict(zip(names, arrays, strict=True))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         # the static-batch checks, with batch standing in where it is unlimited
@@ -99,7 +101,8 @@ def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dict[s
         ok = reason == 0
         # only the rows that divide are served: aggregated and disaggregated ones gathered apart, scattered back
         n = ok.shape[0]
-        out: dict[str, Array] = {k: np.full(n, np.nan) for k in SERVE_METRICS}
+        block = np.full((len(SERVE_METRICS), n), np.nan, dtype=DTYPE)  # one allocation for every metric
+        out: dict[str, Array] = dict(zip(SERVE_METRICS, block, strict=True))
         out.update(fits=np.zeros(n, dtype=bool), overloaded=np.zeros(n, dtype=bool),
                    limit=np.full(n, -1, dtype=np.int64))
         for rows, model in ((np.flatnonzero(ok & ~disagg), _serve), (np.flatnonzero(ok & disagg),
@@ -117,11 +120,10 @@ def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dict[s
         reason = np.where(ok & ~fits, codes.REASON_CODE["exceeds_hbm"], reason)
         reason = np.where(ok & fits & overloaded, codes.REASON_CODE["overloaded"], reason)
         good = reason == 0
-        nan_mask = np.where(ok, 0.0, np.nan)
-        result = {k: np.asarray(out[k], dtype=np.float64) + nan_mask for k in SERVE_METRICS}
-        for k in SERVE_METRICS:  # no steady state without memory for one request, or above capacity
-            if k not in ("weights_bytes", "kv_capacity_requests", "mem_total_bytes"):
-                result[k] = np.where(good, result[k], np.nan)
+        # no steady state without memory for one request, or above capacity: only the memory columns stay
+        memory = ("weights_bytes", "kv_capacity_requests", "mem_total_bytes")
+        result: dict[str, Array] = {k: np.where(ok if k in memory else good, out[k], np.nan).astype(
+            out_dtype, copy=False) for k in SERVE_METRICS}
     result["limit"] = np.where(good, limit, -1).astype(np.int16)
     result["fits"] = good
     result["reason"] = reason.astype(np.int16)
@@ -137,11 +139,11 @@ def _iteration(x: dict[str, Array], X: Array, rate: Array, act: Array, wb: Array
     t, p = x["tp"], x["pp"]
     s_in, s_out = x["input_len"], x["output_len"]
     d = h / a
-    moe = (x["experts"] > 1) * 1.0
+    moe = mask(x["experts"] > 1, h)
     kvh = np.maximum(x["kv_heads"] / t, 1.0)
     kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
     mem = x["memory_rate"]
-    swiglu = (x["mlp"] == codes.MLP_SWIGLU) * 1.0
+    swiglu = mask(x["mlp"] == codes.MLP_SWIGLU, h)
     D = (X if X_dec is None else X_dec) * (s_out - 1.0)  # decode tokens
     P = X * s_in  # prompt tokens
     M = P + D
@@ -150,7 +152,7 @@ def _iteration(x: dict[str, Array], X: Array, rate: Array, act: Array, wb: Array
     ctx = s_in + 0.5 * s_out
     # decode attention reads each KV head once (XQA, FlashDecoding, FlashInfer) or once per query head
     # (decode_kv_reads = 1: TensorRT-LLM's masked MHA kernel, one thread block per query head)
-    per_q = (x["decode_kv_reads"] == 1) * 1.0
+    per_q = mask(x["decode_kv_reads"] == 1, h)
     read_heads = pick(per_q, np.maximum(a / t, 1.0), kvh)
     kv_read = D * ctx * 2.0 * read_heads * d * kv_b
     attn_dec = serial_roofline_time(4.0 * D * ctx * h / t, kv_read, x["attention_rate"], mem)
@@ -203,7 +205,7 @@ def kv_transfer(x: dict[str, Array]) -> tuple[Array, Array, Array]:
     kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
     nbytes = x["input_len"] * L * 2.0 * g * (h / a) * kv_b
     decode_gpus = x["tp"] * x["pp"] * x["dp"]
-    same = (np.nan_to_num(x["prefill_gpus"]) + decode_gpus <= x["scaleup_gpus"]) * 1.0
+    same = mask(np.nan_to_num(x["prefill_gpus"]) + decode_gpus <= x["scaleup_gpus"], h)
     per_gpu = pick(same, x["scaleup_ring_bw"], x["scaleout_bw"])
     pairs = np.minimum(np.where(np.isnan(x["prefill_tp"]), 1.0, x["prefill_tp"]), x["tp"] * x["pp"])
     bw = pairs * per_gpu
@@ -218,7 +220,7 @@ def _kv_capacity(x: dict[str, Array], budget: Array) -> dict[str, Array]:
     t, p = x["tp"], x["pp"]
     s_in, s_out = x["input_len"], x["output_len"]
     E = x["experts"]
-    moe = (E > 1) * 1.0
+    moe = mask(E > 1, E)
     _, _, _, wb = _rates(x)
     kvh = np.maximum(g / t, 1.0)
     kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
@@ -226,8 +228,8 @@ def _kv_capacity(x: dict[str, Array], budget: Array) -> dict[str, Array]:
     block = np.where(np.isnan(x["kv_block_tokens"]), DEFAULT_KV_BLOCK_TOKENS, x["kv_block_tokens"])
     p_attn = h * (2.0 * h + 2.0 * kv_width(h, a, g)) / t
     p_layer = p_attn + (1.0 + moe * (E - 1.0)) * expert_params(h, f, x["mlp"]) / t + moe * h * E
-    untied = (x["tied_embeddings"] <= 0) * 1.0
-    single = (p <= 1) * 1.0
+    untied = mask(x["tied_embeddings"] <= 0, p)
+    single = mask(p <= 1, p)
     weights = L / p * p_layer * wb + V * h / t * 2.0 * (1.0 + single * untied)
     n_fc1 = (mlp_matrices(x["mlp"]) - 1.0) * f / t
     act_tokens = np.minimum(budget, s_in + s_out)
