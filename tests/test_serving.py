@@ -230,8 +230,10 @@ def test_closed_form_fixed_point_is_exact_for_dense_models():
     xk = {**xs, **{k: np.asarray(v, dtype=np.float64) for k, v in hw.items()}}
     _, rate, act, wb = serving._rates(xk)
     lam, cap = xk["request_rate"] / xk["dp"], np.full(int(dense.sum()), 1e9)
-    t_of = lambda v: serving._iteration(xk, v, rate, act, wb)[0]  # noqa: E731
     with np.errstate(all="ignore"):  # rows without a rate at their precision (fp8 on A100) give inf / NaN
+        terms = serving._iteration_terms(xk, rate, act, wb)
+    t_of = lambda v: serving._iteration(terms, v)[0]  # noqa: E731
+    with np.errstate(all="ignore"):
         closed = serving._fixed_point(t_of, lam, cap, affine=True)
         iterated = serving._fixed_point(t_of, lam, cap, affine=False)
         ok = np.isfinite(closed) & (lam * t_of(closed + 1.0) < closed + 1.0)  # below capacity

@@ -118,8 +118,13 @@ def _rates(x: dict[str, Array]) -> tuple[Array, Array, Array, Array]:
     return peak, rate, act, weight_bytes_per_param(p)
 
 
-def _layer_gemms(tokens: Array, x: dict[str, Array], rate: Array, act: Array, wb: Array) -> Array:
-    """Time of one layer's GEMMs for ``tokens`` tokens on one GPU (QKV, output projection, FFN or experts)."""
+def layer_gemm_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array) -> tuple[Array, Array, Array]:
+    """One layer's GEMMs on one GPU (QKV, output projection, FFN or experts, router) on the serial roofline
+    t = F / rate + B / mem, split by what they scale with: (seconds per token, seconds to stream the attention
+    weights, seconds to stream the FFN weights of one expert set).  Per token: 2·(n_qkv·h + h·h/t) FLOPs plus
+    2·k·(n_fc1·h + h·f/t) in the k experts it visits, each GEMM reading its input (``act`` bytes) and writing its
+    output (2 bytes), and the router's 2·E·h at the fp16 rate; the weights (``wb`` bytes each) are read once per
+    pass.  :func:`_layer_gemms` puts them together for a number of tokens."""
     h, t, f = x["hidden"], x["tp"], x["ffn_hidden"]
     E, k = x["experts"], x["top_k"]
     moe = mask(E > 1, E)
@@ -128,14 +133,20 @@ def _layer_gemms(tokens: Array, x: dict[str, Array], rate: Array, act: Array, wb
     n_fc1 = (mlp_matrices(x["mlp"]) - 1.0) * f / t
     mem = x["memory_rate"]
     kk = 1.0 + moe * (k - 1.0)
-    visited = 1.0 + moe * (experts_visited(E, k, tokens) - 1.0)  # weights of the experts actually run
-    tk = tokens * kk
-    rt = serial_roofline_time
-    return (rt(gemm_flops(tokens, n_qkv, h), gemm_bytes(tokens, n_qkv, h, act, wb, 2.0), rate, mem)
-            + rt(gemm_flops(tokens, h, h / t), gemm_bytes(tokens, h, h / t, act, wb, 2.0), rate, mem)
-            + rt(gemm_flops(tk, n_fc1, h), gemm_bytes(tk, n_fc1, h, act, wb * visited, 2.0), rate, mem)
-            + rt(gemm_flops(tk, h, f / t), gemm_bytes(tk, h, f / t, act, wb * visited, 2.0), rate, mem)
-            + moe * gemm_flops(tokens, E, h) / x["infer_matmul_fp16_rate"])
+    flops = gemm_flops(1.0, n_qkv, h) + gemm_flops(1.0, h, h / t) + kk * (gemm_flops(1.0, n_fc1, h)
+                                                                           + gemm_flops(1.0, h, f / t))
+    moved = (h * act + n_qkv * 2.0) + (h / t * act + h * 2.0) + kk * ((h * act + n_fc1 * 2.0) + (f / t * act + h * 2.0))
+    per_token = flops / rate + moved / mem + moe * gemm_flops(1.0, E, h) / x["infer_matmul_fp16_rate"]
+    return per_token, (h * n_qkv + h / t * h) * wb / mem, (h * n_fc1 + f / t * h) * wb / mem
+
+
+def _layer_gemms(tokens: Array, x: dict[str, Array], rate: Array, act: Array, wb: Array) -> Array:
+    """Time of one layer's GEMMs for ``tokens`` tokens on one GPU (:func:`layer_gemm_terms`); a mixture of
+    experts streams the weights of the experts its tokens visit (:func:`experts_visited`)."""
+    per_token, attn_weights, ffn_weights = layer_gemm_terms(x, rate, act, wb)
+    E, k = x["experts"], x["top_k"]
+    visited = 1.0 + mask(E > 1, E) * (experts_visited(E, k, tokens) - 1.0)  # weights of the experts actually run
+    return per_token * tokens + attn_weights + ffn_weights * visited
 
 
 def _infer(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one formula, read top to bottom

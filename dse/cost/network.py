@@ -91,11 +91,17 @@ def alltoall_time(nbytes: Array, stride: Array, size: Array, hw: dict[str, Array
     return (size > 1) * (np.maximum(t_local, t_remote) + latency)
 
 
-def p2p_time(nbytes: Array, crosses_domain: Array, hw: dict[str, Array]) -> Array:
-    """One point-to-point transfer between neighbours: S / link + α, on the rank's NIC when it leaves the
-    domain (``crosses_domain`` is a float 0/1 mask)."""
+def p2p_link(crosses_domain: Array, hw: dict[str, Array]) -> tuple[Array, Array]:
+    """(bytes/s, α) of a point-to-point link between neighbours: the scale-up link, or the rank's NIC when the
+    transfer leaves the domain (``crosses_domain`` is a float 0/1 mask)."""
     bw = hw["scaleup_ring_bw"] + crosses_domain * (hw["scaleout_bw"] - hw["scaleup_ring_bw"])
     latency = hw["scaleup_latency_s"] + crosses_domain * (hw["scaleout_latency_s"] - hw["scaleup_latency_s"])
+    return bw, latency
+
+
+def p2p_time(nbytes: Array, crosses_domain: Array, hw: dict[str, Array]) -> Array:
+    """One point-to-point transfer between neighbours: S / link + α (:func:`p2p_link`)."""
+    bw, latency = p2p_link(crosses_domain, hw)
     return nbytes / bw + latency
 
 

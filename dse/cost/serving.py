@@ -38,17 +38,17 @@ import numpy as np
 
 from dse import codes
 from dse.cost import constants as K
-from dse.cost.compute import gemm_bytes, gemm_flops
+from dse.cost.compute import gemm_flops
 from dse.cost.inference import (
     DTYPE,
     INFER_INPUTS,
     _infer_reason,
-    _layer_gemms,
     _rates,
+    experts_visited,
     kv_bytes_per_value,
-    serial_roofline_time,
+    layer_gemm_terms,
 )
-from dse.cost.network import allreduce_time, group_links, p2p_time, spans_domains
+from dse.cost.network import group_links, p2p_link, spans_domains
 from dse.cost.select import mask, pick
 from dse.cost.transformer import expert_params, kv_width, mlp_matrices
 from dse.hardware.catalog import HARDWARE_COLUMNS
@@ -130,12 +130,20 @@ def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object],
     return result
 
 
-def _iteration(x: dict[str, Array], X: Array, rate: Array, act: Array, wb: Array,
-               parts: dict[str, Array] | None = None, X_dec: Array | None = None) -> tuple[Array, Array, Array]:
-    """(t_stage, compute part, memory part) of one micro-batch iteration with the prompt tokens of X requests
-    and the decode tokens of X_dec·(output_len − 1) requests (X_dec = X in steady state); ``parts``, when given,
-    receives the split of t_stage (ms, :data:`ITERATION_PARTS`)."""
-    L, h, a, f, V = x["layers"], x["hidden"], x["heads"], x["ffn_hidden"], x["vocab"]
+def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array) -> dict[str, Array]:
+    """What one micro-batch iteration costs per unit of what it holds, computed once per configuration and
+    used by every :func:`_iteration` of it (the fixed point calls it many times).  Every op is on the serial
+    roofline (F / rate + B / mem, as :mod:`dse.cost.inference`), so each is affine in the tokens it processes:
+
+    * per token of the iteration (M): the layer's GEMMs (:func:`layer_gemm_terms`), the element-wise kernels
+      (residual, activation, writing the new K and V), the two TP all-reduces of 2·h bytes each and the
+      pipeline hand-off of 2·h bytes;
+    * per request whose prompt it holds (X): causal prompt attention, CAUSAL_FRACTION·4·s_in²·h/t FLOPs;
+    * per decode token (D): attention over the mean context ctx = s_in + s_out/2, 4·ctx·h/t FLOPs and the KV it
+      reads, ctx·2·heads·d·kv bytes, heads = the GPU's KV heads, or its query heads (decode_kv_reads = 1);
+    * per logits row (D + X): the vocabulary projection;
+    * per pass: the weights streamed once, the collectives' α and the per-layer overhead."""
+    h, a, f, V = x["hidden"], x["heads"], x["ffn_hidden"], x["vocab"]
     t, p = x["tp"], x["pp"]
     s_in, s_out = x["input_len"], x["output_len"]
     d = h / a
@@ -143,41 +151,66 @@ def _iteration(x: dict[str, Array], X: Array, rate: Array, act: Array, wb: Array
     kvh = np.maximum(x["kv_heads"] / t, 1.0)
     kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
     mem = x["memory_rate"]
-    swiglu = mask(x["mlp"] == codes.MLP_SWIGLU, h)
-    D = (X if X_dec is None else X_dec) * (s_out - 1.0)  # decode tokens
-    P = X * s_in  # prompt tokens
-    M = P + D
-    gemm = _layer_gemms(M, x, rate, act, wb)
-    attn_pre = K.CAUSAL_FRACTION * 4.0 * X * s_in * s_in * h / t / x["attention_rate"]
+    per_token, attn_weights, ffn_weights = layer_gemm_terms(x, rate, act, wb)
     ctx = s_in + 0.5 * s_out
     # decode attention reads each KV head once (XQA, FlashDecoding, FlashInfer) or once per query head
     # (decode_kv_reads = 1: TensorRT-LLM's masked MHA kernel, one thread block per query head)
-    per_q = mask(x["decode_kv_reads"] == 1, h)
-    read_heads = pick(per_q, np.maximum(a / t, 1.0), kvh)
-    kv_read = D * ctx * 2.0 * read_heads * d * kv_b
-    attn_dec = serial_roofline_time(4.0 * D * ctx * h / t, kv_read, x["attention_rate"], mem)
-    act_bytes = pick(swiglu, K.ACTIVATION_FWD_BYTES_SWIGLU, K.ACTIVATION_FWD_BYTES_2MAT)
-    ew = (K.RESIDUAL_FWD_BYTES * M * h + act_bytes * M * (1.0 + moe * (x["top_k"] - 1.0)) * f / t
-          + M * 2.0 * kvh * d * kv_b) / mem
-    tp = 2.0 * allreduce_time(2.0 * M * h, t, group_links(np.ones_like(t), t, x))
-    layer = gemm + attn_pre + attn_dec + ew + tp + x["layer_overhead_s"]
-    rows = D + X  # logits: every decode token and the last prompt token of each request
-    logits = serial_roofline_time(gemm_flops(rows, V / t, h), gemm_bytes(rows, V / t, h, 2.0, 2.0, 2.0),
-                                  x["infer_matmul_fp16_rate"], mem)
-    p2p = (p > 1) * p2p_time(2.0 * M * h, spans_domains(t, p, x["scaleup_gpus"]), x)
-    t_stage = L / p * layer + logits + p2p
+    read_heads = pick(mask(x["decode_kv_reads"] == 1, h), np.maximum(a / t, 1.0), kvh)
+    kv_read = ctx * 2.0 * read_heads * d * kv_b  # bytes per decode token
+    act_bytes = pick(mask(x["mlp"] == codes.MLP_SWIGLU, h), K.ACTIVATION_FWD_BYTES_SWIGLU,
+                     K.ACTIVATION_FWD_BYTES_2MAT)
+    links = group_links(np.ones_like(t), t, x)
+    tp_on = mask(t > 1, t)
+    p2p_bw, p2p_latency = p2p_link(spans_domains(t, p, x["scaleup_gpus"]), x)
+    pp_on = mask(p > 1, p)
+    kvw = kv_width(h, a, x["kv_heads"])
+    n_all = (h + 2.0 * kvw + h + mlp_matrices(x["mlp"]) * f) / t  # what dominates the GEMMs (`limit`)
+    return {
+        "layers_per_stage": x["layers"] / p, "input_len": s_in, "decode_len": s_out - 1.0,
+        "gemm_token": per_token, "gemm_weights": attn_weights + ffn_weights, "ffn_weights": ffn_weights,
+        "moe": moe, "any_moe": bool(moe.any()), "experts": x["experts"], "top_k": x["top_k"],
+        "prefill_attention": K.CAUSAL_FRACTION * 4.0 * s_in * s_in * h / t / x["attention_rate"],
+        "decode_attention": 4.0 * ctx * h / t / x["attention_rate"] + kv_read / mem,
+        "elementwise": (K.RESIDUAL_FWD_BYTES * h + act_bytes * (1.0 + moe * (x["top_k"] - 1.0)) * f / t
+                        + 2.0 * kvh * d * kv_b) / mem,
+        # two all-reduces of 2·h bytes per token: 2·(S·2(n−1)/n / busbw + α), network.allreduce_time
+        "tp_token": tp_on * 2.0 * (2.0 * h * 2.0 * (t - 1.0) / t / links.allreduce_bw),
+        "tp_pass": tp_on * 2.0 * links.latency,
+        "overhead": x["layer_overhead_s"],
+        "logits_row": gemm_flops(1.0, V / t, h) / x["infer_matmul_fp16_rate"] + (h * 2.0 + V / t * 2.0) / mem,
+        "logits_pass": h * (V / t) * 2.0 / mem,
+        "p2p_token": pp_on * 2.0 * h / p2p_bw, "p2p_pass": pp_on * p2p_latency,
+        "compute_token": gemm_flops(1.0, n_all, h) / rate, "traffic_pass": n_all * h * wb / mem,
+        "kv_read_token": kv_read / mem,
+    }
+
+
+def _iteration(c: dict[str, Array], X: Array, parts: dict[str, Array] | None = None,
+               X_dec: Array | None = None) -> tuple[Array, Array, Array]:
+    """(t_stage, compute part, memory part) of one micro-batch iteration with the prompt tokens of X requests
+    and the decode tokens of X_dec·(output_len − 1) requests (X_dec = X in steady state), from the terms ``c``
+    of :func:`_iteration_terms`; ``parts``, when given, receives the split of t_stage (ms,
+    :data:`ITERATION_PARTS`)."""
+    D = (X if X_dec is None else X_dec) * c["decode_len"]  # decode tokens
+    M = X * c["input_len"] + D  # prompt + decode tokens
+    gemm = c["gemm_token"] * M + c["gemm_weights"]
+    if c["any_moe"]:  # the experts the tokens visit: E·(1 − (1 − k/E)^M) of them (inference.experts_visited)
+        gemm = gemm + c["moe"] * c["ffn_weights"] * (experts_visited(c["experts"], c["top_k"], M) - 1.0)
+    attn_pre = c["prefill_attention"] * X
+    attn_dec = c["decode_attention"] * D
+    ew = c["elementwise"] * M
+    tp = c["tp_token"] * M + c["tp_pass"]
+    layer = gemm + attn_pre + attn_dec + ew + tp + c["overhead"]
+    logits = c["logits_row"] * (D + X) + c["logits_pass"]  # every decode token and each prompt's last token
+    p2p = c["p2p_token"] * M + c["p2p_pass"]
+    t_stage = c["layers_per_stage"] * layer + logits + p2p
     if parts is not None:
-        n = L / p * 1e3
+        n = c["layers_per_stage"] * 1e3
         parts.update({"iter_gemm_ms": n * gemm, "iter_prefill_attention_ms": n * attn_pre,
                       "iter_decode_attention_ms": n * attn_dec, "iter_elementwise_ms": n * ew,
-                      "iter_tp_comm_ms": n * tp, "iter_overhead_ms": n * x["layer_overhead_s"],
+                      "iter_tp_comm_ms": n * tp, "iter_overhead_ms": n * c["overhead"],
                       "iter_logits_ms": logits * 1e3, "iter_pp_comm_ms": p2p * 1e3})
-    # what dominates the GEMMs: their math or their operand traffic (for the `limit` column)
-    kvw = kv_width(h, a, x["kv_heads"])
-    n_all = (h + 2.0 * kvw + h + mlp_matrices(x["mlp"]) * f) / t
-    compute = 2.0 * M * n_all * h / rate
-    traffic = n_all * h * wb / mem + kv_read / mem
-    return t_stage, compute, traffic
+    return t_stage, c["compute_token"] * M, c["traffic_pass"] + c["kv_read_token"] * D
 
 
 def _fixed_point(t_of: Any, lam: Array, cap: Array, affine: bool = False) -> Array:
@@ -262,7 +295,8 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
     c_max = np.maximum(np.minimum(batch_cap, dec["capacity"]), 1.0)
     life = np.maximum(s_out - 1.0, 1.0)
     xd_max = c_max / p / life
-    t_d_max, _, _ = _iteration(x, zero, rate, act, wb, X_dec=xd_max)
+    dec_terms = _iteration_terms(x, rate, act, wb)
+    t_d_max, _, _ = _iteration(dec_terms, zero, X_dec=xd_max)
     cap_d = dp * xd_max / t_d_max
     # ---- prefill pool ----
     tp_p = np.where(np.isnan(x["prefill_tp"]), 1.0, x["prefill_tp"])
@@ -272,7 +306,8 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
     chunk = np.where(np.isinf(budget), s_in, budget)
     n_pre = np.maximum(np.ceil(s_in / chunk), 1.0)
     xp_max = chunk / s_in
-    t_p_max, _, _ = _iteration(xp_in, xp_max, rate_p, act_p, wb_p, X_dec=zero)
+    pre_terms = _iteration_terms(xp_in, rate_p, act_p, wb_p)
+    t_p_max, _, _ = _iteration(pre_terms, xp_max, X_dec=zero)
     cap_p = n_p * xp_max / t_p_max
     pre_mem = _kv_capacity(xp_in, chunk)
     # ---- the link between them ----
@@ -284,13 +319,13 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
     overloaded = ~offline & (lam >= capacity)
     R = np.where(offline | overloaded, capacity, lam)
     dense = not bool((x["experts"] > 1).any())
-    xd = _fixed_point(lambda v: _iteration(x, zero, rate, act, wb, X_dec=v)[0], R / dp, xd_max, affine=dense)
-    xp = _fixed_point(lambda v: _iteration(xp_in, v, rate_p, act_p, wb_p, X_dec=zero)[0], R / n_p, xp_max,
+    xd = _fixed_point(lambda v: _iteration(dec_terms, zero, X_dec=v)[0], R / dp, xd_max, affine=dense)
+    xp = _fixed_point(lambda v: _iteration(pre_terms, v, X_dec=zero)[0], R / n_p, xp_max,
                       affine=dense)
     split: dict[str, Array] = {}
-    t_d, comp, traffic = _iteration(x, zero, rate, act, wb, split, X_dec=np.maximum(xd, 1.0 / life))
-    t_p, _, _ = _iteration(xp_in, xp, rate_p, act_p, wb_p, X_dec=zero)
-    t_pass, _, _ = _iteration(xp_in, np.maximum(xp, 1.0 / n_pre), rate_p, act_p, wb_p, X_dec=zero)
+    t_d, comp, traffic = _iteration(dec_terms, zero, split, X_dec=np.maximum(xd, 1.0 / life))
+    t_p, _, _ = _iteration(pre_terms, xp, X_dec=zero)
+    t_pass, _, _ = _iteration(pre_terms, np.maximum(xp, 1.0 / n_pre), X_dec=zero)
     utilization = np.minimum(R / cap_p, 1.0)
     ttft = 0.5 * utilization * t_p + n_pre * t_pass + t_kv
     tpot = p * t_d
@@ -335,7 +370,8 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
     by_concurrency = c_max / p / life
     by_budget = budget / (s_in + s_out - 1.0)
     X_max = np.minimum(by_concurrency, by_budget)
-    t_max, comp_max, traffic_max = _iteration(x, X_max, rate, act, wb)
+    terms = _iteration_terms(x, rate, act, wb)
+    t_max, _, _ = _iteration(terms, X_max)
     req_capacity = dp * X_max / t_max  # requests/s the deployment serves at most
 
     # ---- under a given request rate: Little's law, fixed point --------------------------------------------
@@ -349,16 +385,16 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
         live = np.flatnonzero(~(offline | overloaded) & ((E > 1) == is_moe))
         if not live.size:
             continue
-        xs = {k: v[live] for k, v in x.items()}
-        rs, acts, wbs, lam_s, cap_s = rate[live], act[live], wb[live], lam_r[live], X_max[live]
-        X[live] = _fixed_point(lambda v: _iteration(xs, v, rs, acts, wbs)[0], lam_s, cap_s,  # noqa: B023
+        sub = {k: v[live] if isinstance(v, np.ndarray) and v.ndim else v for k, v in terms.items()}
+        sub["any_moe"] = is_moe
+        X[live] = _fixed_point(lambda v: _iteration(sub, v)[0], lam_r[live], X_max[live],  # noqa: B023
                                affine=not is_moe)
     # a request's own tokens are in the passes that serve it: its decode token in every decode pass, its whole
     # prompt chunk in its prefill pass (at light load X < 1 the average pass holds a fraction of them)
     split: dict[str, Array] = {}
     one_decode = np.maximum(X, 1.0 / np.maximum(s_out - 1.0, 1.0))
-    t_stage, comp, traffic = _iteration(x, X, rate, act, wb, split, X_dec=one_decode)
-    t_prefill, _, _ = _iteration(x, np.maximum(X, 1.0 / n_pre), rate, act, wb, X_dec=X)
+    t_stage, comp, traffic = _iteration(terms, X, split, X_dec=one_decode)
+    t_prefill, _, _ = _iteration(terms, np.maximum(X, 1.0 / n_pre), X_dec=X)
     utilization = np.where(offline | overloaded, 1.0, np.minimum(lam_r * dp / req_capacity, 1.0))
     tpot = p * t_stage
     ttft = 0.5 * utilization * t_stage + n_pre * p * t_prefill
