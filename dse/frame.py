@@ -91,20 +91,25 @@ def _where(source: str, frame: pd.DataFrame, pos: int) -> str:
     return f"{source}: {line}{case}"
 
 
-def _arrow_text(series: pd.Series) -> pa.Array | None:
-    """The cells as one Arrow string array (null where NaN or None), converted without a Python step per
-    cell (zero-copy for Arrow-backed text); None when they are not all text (numbers, mixed objects)."""
+def _arrow_text(series: pd.Series) -> pa.Array | pa.ChunkedArray | None:
+    """The cells as Arrow strings (null where NaN or None), converted without a Python step per cell and
+    without a copy for Arrow-backed text (a CSV read by Arrow stays in its chunks); None when they are not all
+    text (numbers, mixed objects)."""
     if series.dtype.kind in "iufb":
         return None
     try:
         arr = pa.array(series, from_pandas=True)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
         return None
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
     if pa.types.is_null(arr.type):  # every cell NaN or None
         return arr.cast(pa.string())
     return arr if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type) else None
+
+
+def _numpy(arr: pa.Array | pa.ChunkedArray, dtype: Any) -> np.ndarray:
+    """An Arrow array or chunked array as one numpy array of ``dtype`` (nulls as NaN for floats)."""
+    values = arr.to_numpy() if isinstance(arr, pa.ChunkedArray) else arr.to_numpy(zero_copy_only=False)
+    return np.asarray(values, dtype=dtype)
 
 
 def _blank(series: pd.Series) -> np.ndarray:
@@ -120,7 +125,7 @@ def _blank(series: pd.Series) -> np.ndarray:
     text = _arrow_text(series)
     if text is not None:
         empty = pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(text)), 0)
-        return np.asarray(pc.fill_null(empty, True).to_numpy(zero_copy_only=False), dtype=bool)
+        return _numpy(pc.fill_null(empty, True), bool)
     na = series.isna().to_numpy()
     mixed = series.where(~na, "").astype(str).astype("string[pyarrow]")  # e.g. numbers and text in one column
     return na | (mixed.str.strip() == "").to_numpy(dtype=bool, na_value=True)
@@ -136,7 +141,7 @@ def _to_float(raw: pd.Series, blank: np.ndarray) -> np.ndarray:
         trimmed = pc.utf8_trim_whitespace(text)
         try:
             cells = pc.if_else(pa.array(blank), pa.scalar(None, trimmed.type), trimmed)
-            return np.asarray(pc.cast(cells, pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
+            return _numpy(pc.cast(cells, pa.float64()), np.float64)
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             pass
     return pd.to_numeric(raw.where(~blank, np.nan), errors="coerce").to_numpy(dtype=np.float64)
@@ -148,7 +153,7 @@ def _lower_names(raw: pd.Series, blank: np.ndarray, default: str) -> pd.Series:
     if text is not None:
         names = pc.utf8_lower(pc.utf8_trim_whitespace(text)).cast(pa.string())
         names = pc.if_else(pa.array(blank), pa.scalar(default, pa.string()), names)
-        return pd.Series(names.to_numpy(zero_copy_only=False), index=raw.index, dtype=object)
+        return pd.Series(_numpy(names, object), index=raw.index, dtype=object)
     mixed = raw.astype(object).where(~blank, default).astype(str).astype("string[pyarrow]")
     return mixed.str.strip().str.lower().astype(object)
 
@@ -649,11 +654,15 @@ def _constant(series: pd.Series) -> bool:
         if text.null_count:
             return text.null_count == len(text)
         # cells of different lengths differ: the offsets tell it without reading the text
-        offsets = np.frombuffer(text.buffers()[1], dtype=np.int64 if pa.types.is_large_string(text.type)
-                                else np.int32)[text.offset:text.offset + len(text) + 1]
-        lengths = np.diff(offsets)
-        if (lengths != lengths[0]).any():
-            return False
+        chunks = text.chunks if isinstance(text, pa.ChunkedArray) else [text]
+        width = np.int64 if pa.types.is_large_string(text.type) else np.int32
+        first_length = None
+        for chunk in (c for c in chunks if len(c)):
+            offsets = np.frombuffer(chunk.buffers()[1], dtype=width)[chunk.offset:chunk.offset + len(chunk) + 1]
+            lengths = np.diff(offsets)
+            first_length = lengths[0] if first_length is None else first_length
+            if (lengths != first_length).any():
+                return False
         return bool(pc.all(pc.equal(text, text[0])).as_py())
     if isinstance(series.dtype, np.dtype) and series.dtype.kind in "iufb":
         values = series.to_numpy()
