@@ -24,6 +24,10 @@ from dse import codes
 from dse.cost.training import DTYPE, TRAIN_INPUTS, train_step
 from dse.hardware import catalog as hwcat
 from dse.models.catalog import models
+from dse.sweep import KERNEL_BATCH
+
+#: Rows per kernel call compared by ``make bench`` (the sweep's tile, :data:`dse.sweep.KERNEL_BATCH`, is one).
+TILE_SIZES = (8192, 16384, 32768, 65536, 131072, 262144)
 
 
 def _random_models(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
@@ -179,8 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     records: list[dict[str, str]] = []
     if not args.no_sweep:
         records += run_sweep_benchmarks(args.sweep_jobs, args.no_1e9)
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, as the target says
+    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    if cores:
+        os.sched_setaffinity(0, {min(cores)})  # the kernels on one core, as the target says
     for divisible, key, label in ((False, "train_random", "random configurations"),
                                   (True, "train_divisible", "configurations that all divide")):
         res = run(args.n, args.chunk, args.repeats, divisible)
@@ -192,6 +197,14 @@ def main(argv: list[str] | None = None) -> int:
             "float32 outputs, as a sweep takes them)",
             f"{sci(res['configs_per_s'])} configurations/s ({res['feasible'] / res['configs']:.0%} divide), "
             f"peak RSS {mib(res['peak_rss_bytes'])}"))
+    # the kernel's tile: rows per call (sweep.KERNEL_BATCH); per-call overhead against arrays leaving the cache
+    tiles = {chunk: run(args.n, chunk, args.repeats, True)["configs_per_s"] for chunk in TILE_SIZES}
+    print("training cost model, one core, all-dividing, configurations/s by rows per kernel call: "
+          + "; ".join(f"{c:,}: {v:,.0f}" for c, v in tiles.items()))
+    records.append(record(
+        "train_tiles", f"training model, one core, all-dividing, by rows per kernel call (sweeps use "
+        f"{KERNEL_BATCH:,})", "; ".join(f"{c:,}: {sci(v)}" for c, v in tiles.items())
+        + " configurations/s"))
     for kernel, bench_fn, what in (("serve", serve_bench, "serving model (half under a request rate, a tenth "
                                                           "disaggregated)"),
                                    ("infer", infer_bench, "static-batch inference model")):
@@ -204,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{kernel}_{'answered' if only else 'random'}", f"{what}, one core, {sci(res['configs'])} {label}",
                 f"{sci(res['configs_per_s'])} configurations/s ({res['answered'] / res['configs']:.0%} answered), "
                 f"peak RSS {mib(res['peak_rss_bytes'])}"))
+    if cores:
+        os.sched_setaffinity(0, cores)  # tables as a user runs them: every core (Arrow's CSV reader uses them)
     for typed, key, label in ((False, "table_evaluate", "text cells, as a case file reads"),
                               (True, "table_evaluate_typed", "typed columns, as pd.read_csv gives")):
         res = table_bench(typed=typed)
@@ -216,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"dse validate of {res['rows']:,} cases: {res['seconds']:.2f} s = {res['rows_per_s']:,.0f} cases/s; "
           f"peak RSS {res['peak_rss_bytes'] / 2**20:,.0f} MiB")
     records.append(record(
-        "table_validate", f"`dse validate` of a {res['rows']:,}-case file (Narayanan cases resampled, unique ids)",
+        "table_validate", f"`dse validate` of a {res['rows']:,}-case file (Narayanan cases resampled, unique ids; "
+        f"{len(cores) or os.cpu_count()} cores)",
         f"{sci(res['rows_per_s'])} cases/s ({res['seconds']:.1f} s), peak RSS {mib(res['peak_rss_bytes'])}"))
     if not args.no_record:
         save_records(records)

@@ -24,6 +24,8 @@ from io import StringIO
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from dse import codes
 
@@ -133,22 +135,27 @@ def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAI
     frame = frame.copy()
     vpp = pd.to_numeric(frame["vpp"], errors="coerce").fillna(1.0).to_numpy() if "vpp" in frame.columns else \
         np.ones(len(frame))
+    from dse.frame import _arrow_text  # imported late, as _blank
+
+    n = len(frame)
     for stack in present:
         rows = (names == stack).to_numpy()
         for key, value in profile(stack).items():
             if key not in knobs or value == "auto":
                 continue
-            if key not in frame.columns:
-                frame[key] = pd.Series([None] * len(frame), index=frame.index, dtype=object)
-            elif frame[key].dtype != object:
-                frame[key] = frame[key].astype(object)
-            target = rows & _blank(frame[key])
+            target = rows & (_blank(frame[key]) if key in frame.columns else True)
             if not target.any():
                 continue
-            vals = np.where(vpp > 1, "1", "0") if value == "when_vpp" else np.full(len(frame), value, dtype=object)
-            column = frame[key].to_numpy(dtype=object).copy()
-            column[target] = vals[target]
-            frame[key] = pd.Series(column, index=frame.index, dtype=object)  # no per-cell string inference
+            per_vpp = np.where(vpp > 1, "1", "0") if value == "when_vpp" else None
+            text = _arrow_text(frame[key]) if key in frame.columns else pa.nulls(n, pa.string())
+            if text is not None:  # text cells (a case file): one Arrow select, no Python object per cell
+                fill = (pa.scalar(value) if per_vpp is None else pa.array(per_vpp)).cast(text.type)
+                frame[key] = pd.Series(pc.if_else(pa.array(target), fill, text), dtype="str", index=frame.index)
+            else:  # numbers (a typed frame): the filled names go in beside them
+                vals = np.full(n, value, dtype=object) if per_vpp is None else per_vpp.astype(object)
+                column = frame[key].to_numpy(dtype=object).copy()
+                column[target] = vals[target]
+                frame[key] = pd.Series(column, index=frame.index, dtype=object)  # no per-cell string inference
             if record:  # what validate --json reports (tables skip it)
                 bits[target] |= np.int64(1) << bit_of.setdefault(key, len(bit_of))
     if record and bits.any():

@@ -74,7 +74,11 @@ def cost_per_million_tokens(spec: Spec, systems: np.ndarray, x: dict[str, np.nda
     return price * x["gpus"] * hours / tokens * 1e6
 #: Reasons that mean "does not divide" (dropped by ``constraints.divisible``); exceeds_hbm is not one.
 DIVISIBILITY_REASONS = frozenset(i for i, r in enumerate(codes.REASONS) if r not in ("", "exceeds_hbm"))
-#: Rows evaluated per kernel call (bounded memory whatever the part size).
+#: Rows evaluated per kernel call (bounded memory whatever the part size), chosen by ``make bench``'s tile
+#: comparison (record ``train_tiles``): smaller tiles keep the float32 temporaries in L2 but pay the kernel's
+#: ~1,000 numpy calls more often.  On the 2-core benchmark machine the rate is flat (within ~6 %, run-to-run
+#: noise) from 32,768 to 262,144 rows and falls below 16,384; 65,536 rows (256 KiB per array) sits on the
+#: plateau with a small working set.
 KERNEL_BATCH = 65536
 
 
