@@ -118,10 +118,10 @@ def _blank(series: pd.Series) -> np.ndarray:
     if not len(series):
         return np.zeros(0, dtype=bool)
     kind = series.dtype.kind
-    if kind in "iub":
+    if kind in "iub" and isinstance(series.dtype, np.dtype):  # numpy integers and booleans have no empty cell
         return np.zeros(len(series), dtype=bool)
-    if kind == "f":
-        return np.isnan(series.to_numpy(dtype=np.float64))
+    if kind in "iufb":  # floats (NaN) and nullable or Arrow-backed numbers (<NA>)
+        return np.asarray(series.isna().to_numpy(), dtype=bool)
     text = _arrow_text(series)
     if text is not None:
         empty = pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(text)), 0)
@@ -135,7 +135,7 @@ def _to_float(raw: pd.Series, blank: np.ndarray) -> np.ndarray:
     """Cells as float64 (NaN where blank or not a number): numeric columns as they are, text parsed by Arrow's
     vectorized cast (pandas' per-cell parser only when a cell does not parse, to find it)."""
     if raw.dtype.kind in "iufb":
-        return raw.to_numpy(dtype=np.float64)
+        return raw.to_numpy(dtype=np.float64, na_value=np.nan)
     text = _arrow_text(raw)
     if text is not None:
         trimmed = pc.utf8_trim_whitespace(text)

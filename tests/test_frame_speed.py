@@ -66,3 +66,15 @@ def test_validate_of_a_large_file_prints_the_worst_cases_not_every_line(tmp_path
     out = capsys.readouterr().out
     assert f"{n:,} cases: the {WORST_CASES} largest errors" in out
     assert len(out.splitlines()) < WORST_CASES + 20
+
+
+@pytest.mark.parametrize("backend", ["numpy_nullable", "pyarrow"])
+def test_nullable_and_arrow_backed_numbers_read_like_numpy_ones(backend):
+    """A frame read with pandas' nullable or Arrow dtypes gives the same outputs, and <NA> is an empty cell
+    (the documented default), not a bad value."""
+    plain = pd.read_csv(REF).drop(columns=["case", "metric", "measured", "source"])
+    other = pd.read_csv(REF, dtype_backend=backend).drop(columns=["case", "metric", "measured", "source"])
+    np.testing.assert_array_equal(evaluate(other)["step_time_s"].astype(float), evaluate(plain)["step_time_s"])
+    other.loc[0, "vpp"] = pd.NA
+    plain.loc[0, "vpp"] = 1  # the default
+    assert float(evaluate(other)["step_time_s"].iloc[0]) == float(evaluate(plain)["step_time_s"].iloc[0])
