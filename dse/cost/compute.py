@@ -1,6 +1,7 @@
 """Compute terms: GEMM FLOPs and bytes, and their time on a roofline with per-precision efficiency.
 
-All functions take numpy arrays (or scalars) that broadcast together and return float64 arrays.
+All functions take numpy arrays (or scalars) that broadcast together and return arrays of their dtype (the
+kernels pass float32; Python scalars give float64).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Every input is an array (or scalar) of numbers or integer codes; all broadcast together; every branch is
 taken under a mask (float 0/1, selected arithmetically, see :mod:`dse.cost.select`); a configuration that
 does not divide gets NaN metrics and a reason code (:data:`dse.codes.REASONS`), never an exception.
-Internally float32 (relative error ~1e-7, far below the model's), outputs float64.  One call serves
+Internally float32 (relative error ~1e-7, far below the model's), outputs float64 for tables and float32 for
+sweeps (``out_dtype``).  One call serves
 ``dse explain`` and a 10⁹-point sweep.
 
 Per micro-batch and layer on one GPU the time is
