@@ -337,21 +337,6 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     return x, _system_codes(frame, source)
 
 
-def resolved_inputs(x: Mapping[str, np.ndarray], index: pd.Index) -> pd.DataFrame:
-    """The kernel inputs after defaults, categorical codes decoded back to names (for display and audit)."""
-    nullable = ("layers_first_stage", "layers_last_stage", "doc_len")  # empty: from the split / not packed
-    columns: dict[str, Any] = {}
-    for k, v in x.items():
-        if k in CATEGORICAL:
-            columns[k] = codes.decode(np.asarray(v), CATEGORICAL[k])
-        elif k in nullable:
-            columns[k] = pd.array(np.asarray(v, dtype=np.float64), dtype="Int64")
-        else:
-            columns[k] = np.asarray(v).astype(np.int64)
-    out = pd.DataFrame(columns, index=index)
-    return out
-
-
 def evaluate_train(frame: pd.DataFrame, source: str = "<frame>",
                    overrides: dict[tuple[str, str], float] | None = None,
                    with_inputs: bool = False) -> pd.DataFrame:
@@ -367,10 +352,8 @@ def evaluate_train(frame: pd.DataFrame, source: str = "<frame>",
     reason = res["reason"].astype(np.int64)
     out["infeasible_reason"] = pd.Categorical.from_codes(reason, categories=pd.Index(codes.REASONS))
     if with_inputs:
-        inputs = resolved_inputs(x, frame.index)
-        inputs.insert(0, "system", np.asarray(hwcat.system_names(), dtype=object)[sys_codes])
-        inputs["hbm_bytes"] = hw["hbm_bytes"]
-        out = pd.concat([inputs, out], axis=1)
+        out = _inputs_beside(out, x, sys_codes, hw, CATEGORICAL, integers=True,
+                             nullable=("layers_first_stage", "layers_last_stage", "doc_len"))
     return out
 
 
@@ -441,27 +424,31 @@ def evaluate_infer(frame: pd.DataFrame, source: str = "<frame>",
     out["infeasible_reason"] = pd.Categorical.from_codes(res["reason"].astype(np.int64),
                                                          categories=pd.Index(codes.REASONS))
     if with_inputs:
-        out = _inputs_beside(out, x, sys_codes, hw, integers=True)
+        out = _inputs_beside(out, x, sys_codes, hw, INFERENCE_VOCABULARIES, integers=True)
     return out
 
 
 #: Categorical inputs of the inference-side models, decoded back to names beside their outputs.
-INFERENCE_VOCABULARIES = (("mlp", codes.MLP), ("precision", codes.PRECISION), ("kv_precision", codes.KV_PRECISION))
+INFERENCE_VOCABULARIES = {"mlp": codes.MLP, "precision": codes.PRECISION, "kv_precision": codes.KV_PRECISION}
 
 
 def _inputs_beside(out: pd.DataFrame, x: Mapping[str, np.ndarray], sys_codes: np.ndarray,
-                   hw: Mapping[str, np.ndarray], integers: bool) -> pd.DataFrame:
-    """The resolved inputs (names decoded, ``system`` first, the GPU's ``hbm_bytes``) then ``out``; with
-    ``integers`` the numeric inputs as int64 (the static-batch model has no fractional or empty input)."""
-    inputs = pd.DataFrame({k: np.asarray(v) for k, v in x.items()}, index=out.index)
-    for col, vocab in INFERENCE_VOCABULARIES:
-        inputs[col] = codes.decode(inputs[col].to_numpy(), vocab)
-    if integers:
-        ints = [c for c in inputs.columns if c not in dict(INFERENCE_VOCABULARIES)]
-        inputs[ints] = inputs[ints].astype(np.int64)
-    inputs.insert(0, "system", np.asarray(hwcat.system_names(), dtype=object)[sys_codes])
-    inputs["hbm_bytes"] = hw["hbm_bytes"]
-    return pd.concat([inputs, out], axis=1)
+                   hw: Mapping[str, np.ndarray], vocabularies: Mapping[str, tuple[str, ...]], integers: bool,
+                   nullable: tuple[str, ...] = ()) -> pd.DataFrame:
+    """The resolved inputs (``system`` first, categorical codes decoded back to names by ``vocabularies``, the
+    GPU's ``hbm_bytes`` last) then ``out``, for display and audit.  With ``integers`` the numeric inputs are
+    int64 (``nullable`` ones Int64: empty means "from the split" or "not packed"); without, as computed (the
+    serving model's inputs may be empty or fractional)."""
+    columns: dict[str, Any] = {"system": np.asarray(hwcat.system_names(), dtype=object)[sys_codes]}
+    for k, v in x.items():
+        if k in vocabularies:
+            columns[k] = codes.decode(np.asarray(v), vocabularies[k])
+        elif k in nullable:
+            columns[k] = pd.array(np.asarray(v, dtype=np.float64), dtype="Int64")
+        else:
+            columns[k] = np.asarray(v).astype(np.int64) if integers else np.asarray(v)
+    columns["hbm_bytes"] = hw["hbm_bytes"]
+    return pd.concat([pd.DataFrame(columns, index=out.index), out], axis=1)
 
 
 def _decode_kv_reads(frame: pd.DataFrame, source: str) -> np.ndarray:
@@ -553,7 +540,7 @@ def evaluate_serve(frame: pd.DataFrame, source: str = "<frame>",
     out["infeasible_reason"] = pd.Categorical.from_codes(res["reason"].astype(np.int64),
                                                          categories=pd.Index(codes.REASONS))
     if with_inputs:
-        out = _inputs_beside(out, x, sys_codes, hw, integers=False)
+        out = _inputs_beside(out, x, sys_codes, hw, INFERENCE_VOCABULARIES, integers=False)
     return out
 
 

@@ -78,3 +78,20 @@ def test_nullable_and_arrow_backed_numbers_read_like_numpy_ones(backend):
     other.loc[0, "vpp"] = pd.NA
     plain.loc[0, "vpp"] = 1  # the default
     assert float(evaluate(other)["step_time_s"].iloc[0]) == float(evaluate(plain)["step_time_s"].iloc[0])
+
+
+def test_validate_names_why_a_case_is_skipped(tmp_path):
+    """Skip messages (formatted once per distinct reason, not once per case) still say, per case, why."""
+    from dse.validation.validate import validate_file
+
+    cases = pd.read_csv(REF, dtype=str, keep_default_na=False)
+    rows = pd.concat([cases.iloc[[0]]] * 3, ignore_index=True)
+    rows["case"] = ["fits", "wrong-metric", "does-not-divide"]
+    rows.loc[1, "metric"] = "ttft_s"  # an inference metric on a training row
+    rows.loc[2, "gpus"] = str(int(rows.loc[2, "gpus"]) + 1)  # no longer tp·pp·cp·dp
+    path = tmp_path / "cases.csv"
+    rows.to_csv(path, index=False)
+    by_case = {r.case: r.skipped for r in validate_file(path)}
+    assert by_case["fits"] is None
+    assert by_case["wrong-metric"] == "metric 'ttft_s' does not belong to task 'train'"
+    assert by_case["does-not-divide"] == "model gives no value: tp*pp*cp*dp != gpus"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -301,8 +301,8 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
         rows = metric == metric_name
         if out_col is not None and rows.any():
             belongs |= rows & np.isin(task, METRIC_TASKS[metric_name])
-    for pos in np.flatnonzero(~belongs):
-        skipped[pos] = f"metric {metric[pos]!r} does not belong to task {task[pos]!r}"
+    rows = ~belongs
+    skipped[rows] = _messages(lambda m, t: f"metric {m!r} does not belong to task {t!r}", metric[rows], task[rows])
     open_rows = skipped == None  # noqa: E711 - elementwise on an object array
     rule = open_rows & ~np.isin(task, MODELLED_TASKS)
     skipped[rule] = SERVE_NOT_MODELLED
@@ -312,8 +312,8 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
                      "roofline) but not validated: serving engines' MoE kernels (TensorRT-LLM 0.9) land "
                      "-50 % ... +80 % from that bound, far outside what the dense cases show")
     open_rows &= ~rule
-    for pos in np.flatnonzero(open_rows & ~np.isfinite(value)):
-        skipped[pos] = f"model gives no value: {reason[pos]}"
+    rows = open_rows & ~np.isfinite(value)
+    skipped[rows] = _messages(lambda r: f"model gives no value: {r}", reason[rows])
     answered = open_rows & np.isfinite(value)
     predicted_value = np.where(answered, value, np.nan)
     error = (predicted_value / measured - 1.0) * 100.0
@@ -330,6 +330,18 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
         cases.tolist(), metric.tolist(), measured.tolist(), pred_list, err_list, skipped.tolist(), applied,
         stacks.tolist(), plain, strict=True)]
     return results
+
+
+def _messages(fmt: Callable[..., str], *columns: np.ndarray) -> np.ndarray:
+    """``fmt(*cells)`` for every row of ``columns`` (object arrays of one length), formatted once per distinct
+    combination of cells, not once per row (a file of 10⁶ cases that do not fit has a handful of reasons)."""
+    out = np.empty(len(columns[0]), dtype=object)
+    if not len(out):
+        return out
+    keys = pd.MultiIndex.from_arrays([pd.Index(c, dtype=object) for c in columns])
+    codes_, distinct = keys.factorize()
+    out[:] = np.array([fmt(*cells) for cells in distinct], dtype=object)[codes_]
+    return out
 
 
 def _rows(frame: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
