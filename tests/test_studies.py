@@ -266,3 +266,24 @@ def test_precision_capped_speedups_share_the_baseline(speedup: pd.DataFrame) -> 
     np.testing.assert_allclose(a100["step_time_s"], base, rtol=1e-12)
     wide = capped.pivot_table(index="system", columns="precision_cap", values="step_time_s")
     assert (wide["fp8"] <= wide["bf16"]).all() and (wide["fp4"] <= wide["fp8"]).all()
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.2f}" if v < 10 else f"{v:.1f}"
+
+
+def test_readme_speedup_tables_are_the_study_output(speedup: pd.DataFrame) -> None:
+    """The README's study-2 tables are this study's output, not prose: each waterfall row (factors in the
+    order of FACTOR_GROUPS, then the total) and the MLPerf comparison's precision-capped row appear verbatim."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    names = {"gpt3-175b": "GPT-3 175B", "mixtral-8x22b": "Mixtral 8x22B"}
+    steps = speedup[speedup["step"] > 0]
+    for (model, target), part in steps.groupby(["model", "target"], sort=False):
+        cells = [_fmt(v) for v in part.sort_values("step")["speedup_factor"]] + [_fmt(part["total_speedup"].iloc[0])]
+        row = f"| {names[model]} → {studies.SYSTEM_LABELS[target]} | " + " | ".join(cells) + " |"
+        assert row in readme, row
+    capped = studies.speedups_by_precision()
+    fp4 = capped[capped["precision_cap"] == "fp4"].set_index("system")["step_time_s"]
+    a, h, b = fp4["a100-sxm-80gb"], fp4["h100-sxm-80gb"], fp4["b200"]
+    row = f"| up to fp4 | {a / h:.2f} | {h / b:.2f} | {a / b:.1f} |"
+    assert row in readme, row

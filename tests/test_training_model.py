@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -250,3 +251,28 @@ def test_kernels_compute_in_float32_end_to_end():
         wide = {k: np.asarray(v).dtype for k, v in out.items()
                 if k not in ("fits", "overloaded", "limit") and np.asarray(v).dtype != DTYPE}
         assert wide == {}, model.__name__
+
+
+def test_nvfp4_quantizes_the_same_tensors_as_fp8_at_its_measured_cost_per_element():
+    """Issue 9 (Blackwell low precision): fp8 and fp4 quantize the same GEMM inputs and output gradients, so the
+    element-wise time they add over bf16 differs only by the cost per element: NVFP4 / fp8 = 2.685 / 1.183 ms,
+    the quantization time of NVFP4 and MXFP8 for the same tensors in Transformer Engine's B300 benchmark
+    (constants.NVFP4_CAST_BYTES)."""
+    from dse.cost import constants as K
+
+    base = {"model": "llama3-70b", "system": "b200", "gpus": 64, "tp": 4, "pp": 4, "global_batch": 128,
+            "seq_len": 8192}
+    out = dse.evaluate(pd.DataFrame([{**base, "precision": p} for p in ("bf16", "fp8", "fp4")]))
+    ew = out["layer_elementwise_ms"].to_numpy()
+    assert (ew[2] - ew[0]) / (ew[1] - ew[0]) == pytest.approx(2.685 / 1.183, rel=1e-5)
+    assert K.NVFP4_CAST_BYTES / K.LOW_PRECISION_CAST_BYTES == pytest.approx(2.685 / 1.183)
+
+
+def test_blackwell_fp4_gemm_efficiency_is_the_fp8_one_scaled_by_the_cited_kernel_benchmarks():
+    """The fp4 efficiencies of efficiency.csv are derived, not fitted: NVFP4 reaches (5.50 + 5.37) / 2 of 9 PF/s
+    on B200 (pytorch/ao PR 2427) and MXFP8 (3.20 + 3.10) / 2 of 4.5 PF/s (flashinfer PR 2464); their ratio of
+    fractions of peak scales the fp8 efficiencies (3 decimals in the file)."""
+    eff = hwcat.efficiency().loc["blackwell"]
+    ratio = ((5.50 + 5.37) / 2 / 9.0) / ((3.20 + 3.10) / 2 / 4.5)
+    assert eff["matmul_eff_fp4"] == pytest.approx(eff["matmul_eff_fp8"] * ratio, abs=5e-4)
+    assert eff["infer_matmul_eff_fp4"] == pytest.approx(eff["infer_matmul_eff_fp8"] * ratio, abs=5e-4)

@@ -35,6 +35,16 @@ CAUSAL_FRACTION = 0.5
 #: fused cast-transpose kernel per tensor (Transformer Engine) reads 2 bytes and writes the low-precision
 #: copy and its transpose (for the weight-gradient GEMM): 2 + 1 + 1 bytes per element.
 LOW_PRECISION_CAST_BYTES = 4.0
+#: NVFP4 training quantizes the same tensors at a higher cost per element than fp8: a per-tensor amax pass for
+#: the global scale, 16-element E4M3 block scales, a 16x16 random Hadamard transform on the weight-gradient
+#: operands and stochastic rounding of gradients (Transformer Engine's NVFP4BlockScaling recipe;
+#: docs/features/low_precision_training/nvfp4/nvfp4.rst @52e4c02810abd2ba853d1384270d17a7e3991b4e).
+#: Measured in one benchmark on one GPU (Transformer Engine gemm_profiling.rst
+#: @332941783386d09570eddc4be994298eee7aac73, B300, per layer of a 5B model at 15,872 tokens, quantizing
+#: per GEMM call minus pre-quantized): NVFP4 6.439 - 3.754 = 2.685 ms, MXFP8 8.507 - 7.324 = 1.183 ms for the
+#: same 2.48e9 quantized elements, i.e. 1.08 against 0.48 ns per element.  MXFP8's quantize is the plain
+#: read-2-write-1 cast that LOW_PRECISION_CAST_BYTES counts, so NVFP4 costs 2.27x its bytes.
+NVFP4_CAST_BYTES = LOW_PRECISION_CAST_BYTES * 2.685 / 1.183
 
 #: Vocabulary-parallel cross-entropy, bytes per logits element (token · V/t), forward + backward: cast to
 #: fp32 (read 2, write 4), max and sum-exp passes (read 4 + 4), softmax-minus-one-hot gradient (read 4,

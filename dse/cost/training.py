@@ -279,10 +279,11 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     act_elems = tk * f / t
     act_fwd_bytes = pick(swiglu, K.ACTIVATION_FWD_BYTES_SWIGLU, K.ACTIVATION_FWD_BYTES_2MAT)
     act_bwd_bytes = pick(swiglu, K.ACTIVATION_BWD_BYTES_SWIGLU, K.ACTIVATION_BWD_BYTES_2MAT)
-    # fp8/fp4: cast-transpose of each GEMM's activation input (forward) and output gradient (backward)
-    low = is_fp8 + is_fp4
-    cast_fwd = low * K.LOW_PRECISION_CAST_BYTES * T * (2.0 * h + h / t + kk * f / t)
-    cast_bwd = low * K.LOW_PRECISION_CAST_BYTES * T * (n_qkv + 2.0 * h + kk * n_fc1)
+    # fp8/fp4: cast-transpose of each GEMM's activation input (forward) and output gradient (backward);
+    # NVFP4's quantization (amax, block scales, Hadamard transform, stochastic rounding) costs more per element
+    cast = is_fp8 * K.LOW_PRECISION_CAST_BYTES + is_fp4 * K.NVFP4_CAST_BYTES
+    cast_fwd = cast * T * (2.0 * h + h / t + kk * f / t)
+    cast_bwd = cast * T * (n_qkv + 2.0 * h + kk * n_fc1)
     ew_fwd = (K.RESIDUAL_FWD_BYTES * resid + act_fwd_bytes * act_elems + cast_fwd) / mem_rate
     ew_bwd = (K.RESIDUAL_BWD_BYTES * resid + act_bwd_bytes * act_elems + cast_bwd) / mem_rate
 
