@@ -61,9 +61,16 @@ def group_links(stride: Array, size: Array, hw: dict[str, Array]) -> GroupLinks:
     return GroupLinks(ring, allreduce, latency, across)
 
 
+def allreduce_terms(size: Array, links: GroupLinks) -> tuple[Array, Array]:
+    """(seconds per byte, α) of an all-reduce over ``size`` ranks, 2(n−1)/n / busbw and α, for a group of more
+    than one (:func:`allreduce_time` puts them together; the serving iteration keeps them apart)."""
+    return 2.0 * (size - 1.0) / size / links.allreduce_bw, links.latency
+
+
 def allreduce_time(nbytes: Array, size: Array, links: GroupLinks) -> Array:
     """All-reduce of ``nbytes`` over ``size`` ranks: S·2(n−1)/n / busbw + α; zero for a group of one."""
-    return (size > 1) * (nbytes * 2.0 * (size - 1.0) / size / links.allreduce_bw + links.latency)
+    per_byte, latency = allreduce_terms(size, links)
+    return (size > 1) * (nbytes * per_byte + latency)
 
 
 def reduce_scatter_time(nbytes: Array, size: Array, links: GroupLinks) -> Array:

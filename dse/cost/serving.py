@@ -48,7 +48,7 @@ from dse.cost.inference import (
     kv_bytes_per_value,
     layer_gemm_terms,
 )
-from dse.cost.network import group_links, p2p_link, spans_domains
+from dse.cost.network import allreduce_terms, group_links, p2p_link, spans_domains
 from dse.cost.select import mask, pick
 from dse.cost.transformer import expert_params, kv_width, mlp_matrices
 from dse.hardware.catalog import HARDWARE_COLUMNS
@@ -159,7 +159,7 @@ def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array) ->
     kv_read = ctx * 2.0 * read_heads * d * kv_b  # bytes per decode token
     act_bytes = pick(mask(x["mlp"] == codes.MLP_SWIGLU, h), K.ACTIVATION_FWD_BYTES_SWIGLU,
                      K.ACTIVATION_FWD_BYTES_2MAT)
-    links = group_links(np.ones_like(t), t, x)
+    ar_per_byte, ar_latency = allreduce_terms(t, group_links(np.ones_like(t), t, x))
     tp_on = mask(t > 1, t)
     p2p_bw, p2p_latency = p2p_link(spans_domains(t, p, x["scaleup_gpus"]), x)
     pp_on = mask(p > 1, p)
@@ -173,9 +173,9 @@ def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array) ->
         "decode_attention": 4.0 * ctx * h / t / x["attention_rate"] + kv_read / mem,
         "elementwise": (K.RESIDUAL_FWD_BYTES * h + act_bytes * (1.0 + moe * (x["top_k"] - 1.0)) * f / t
                         + 2.0 * kvh * d * kv_b) / mem,
-        # two all-reduces of 2·h bytes per token: 2·(S·2(n−1)/n / busbw + α), network.allreduce_time
-        "tp_token": tp_on * 2.0 * (2.0 * h * 2.0 * (t - 1.0) / t / links.allreduce_bw),
-        "tp_pass": tp_on * 2.0 * links.latency,
+        # two all-reduces of 2·h bytes per token (network.allreduce_terms): bytes per token, α per pass
+        "tp_token": tp_on * 2.0 * 2.0 * h * ar_per_byte,
+        "tp_pass": tp_on * 2.0 * ar_latency,
         "overhead": x["layer_overhead_s"],
         "logits_row": gemm_flops(1.0, V / t, h) / x["infer_matmul_fp16_rate"] + (h * 2.0 + V / t * 2.0) / mem,
         "logits_pass": h * (V / t) * 2.0 / mem,
