@@ -152,6 +152,7 @@ def test_peaks_match_shared_hardware_specs():
 
 EFF_FRACTIONS = tuple(c for c in hwcat.EFFICIENCY_COLUMNS if "eff" in c)
 EFF_LATENCIES = tuple(c for c in hwcat.EFFICIENCY_COLUMNS if c.endswith("_us"))
+EFF_PER_CLOCK = tuple(c for c in hwcat.EFFICIENCY_COLUMNS if c.endswith("_per_clk"))
 
 
 def test_every_generation_in_systems_has_efficiency_row():
@@ -163,7 +164,8 @@ def test_every_generation_in_systems_has_efficiency_row():
 
 def test_efficiencies_in_range():
     eff = hwcat.efficiency()
-    assert set(EFF_FRACTIONS) | set(EFF_LATENCIES) == set(hwcat.EFFICIENCY_COLUMNS)
+    assert set(EFF_FRACTIONS) | set(EFF_LATENCIES) | set(EFF_PER_CLOCK) == set(hwcat.EFFICIENCY_COLUMNS)
+    assert EFF_PER_CLOCK == hwcat.PER_CLOCK_COLUMNS
     for gen, r in eff.iterrows():
         for col in EFF_FRACTIONS:
             v = r[col]
@@ -173,6 +175,11 @@ def test_efficiencies_in_range():
             assert 0.0 < v <= 1.2, f"{gen}.{col} = {v}"
         for col in EFF_LATENCIES:
             assert r[col] > 0, f"{gen}.{col} = {r[col]}"
+        # element rates per SM and clock: an SM issues 4 warp instructions per clock (32 lanes each), so an
+        # element that costs at least one lane-instruction cannot go faster than 128 per SM-clock; masked MHA
+        # is needed by every generation (decode_kv_reads = per_query_head), XQA only where it exists
+        assert 0.0 < r["mmha_elements_per_clk"] <= 128.0, f"{gen}.mmha_elements_per_clk"
+        assert np.isnan(r["xqa_elements_per_clk"]) or 0.0 < r["xqa_elements_per_clk"] <= 128.0, gen
         # the 16-bit constants are needed by every generation
         for col in ("matmul_eff_fp16", "attention_eff", "memory_eff", "scaleup_ring_eff",
                     "scaleup_allreduce_eff", "scaleout_eff"):

@@ -9,6 +9,8 @@ from dse.hardware.catalog import efficiency
 from dse.validation.fit import (
     INFERENCE_FILES,
     INFERENCE_PARAMETERS,
+    SERVING_FILES,
+    SERVING_PARAMETERS,
     TRAINING_FILES,
     TRAINING_PARAMETERS,
     default_assumptions_path,
@@ -17,13 +19,15 @@ from dse.validation.fit import (
 )
 from dse.validation.validate import load_assumptions
 
+GROUPS = {"training": (TRAINING_FILES, TRAINING_PARAMETERS), "inference": (INFERENCE_FILES, INFERENCE_PARAMETERS),
+          "serving": (SERVING_FILES, SERVING_PARAMETERS)}
 
-@pytest.mark.parametrize("group", ["training", "inference"])
+
+@pytest.mark.parametrize("group", list(GROUPS))
 def test_shipped_constants_are_the_fit_optimum(ref, group):
     """Moving any fitted constant by ±2 % does not lower the objective: the values in efficiency.csv are the
     ones `python -m dse.validation.fit` finds (rounded), not hand-tuned."""
-    files, params = (TRAINING_FILES, TRAINING_PARAMETERS) if group == "training" else \
-        (INFERENCE_FILES, INFERENCE_PARAMETERS)
+    files, params = GROUPS[group]
     objective = log_error_objective([ref / f for f in files], load_assumptions(default_assumptions_path()), params)
     eff = efficiency()
     x0 = np.array([float(eff.loc[g, c]) for g, c in params])

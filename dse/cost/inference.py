@@ -75,6 +75,39 @@ def serial_roofline_time(flops: Array, bytes_moved: Array, flops_rate: Array, by
     return flops / flops_rate + bytes_moved / bytes_rate
 
 
+#: The shape TensorRT-LLM 0.10 ships Hopper XQA kernels for ("the new NVIDIA Hopper XQA kernels for LLaMA 2
+#: 70B", v0.10.0 release notes): 8 query heads per KV head, head_dim 128.
+XQA_GROUP = 8.0
+XQA_HEAD_DIM = 128.0
+
+
+def decode_attention_time(ctx: Array, x: dict[str, Array], kv_heads_gpu: Array, kv_b: Array) -> tuple[Array, Array]:
+    """(seconds, HBM bytes) of one decode token's attention in one layer over a context of ``ctx`` tokens.
+
+    ``decode_kv_reads`` = per_kv_head (0; FlashAttention/FlashInfer-style decode, XQA): the serial roofline of
+    4·ctx·h/tp FLOPs at the attention rate and the KV read once per KV head, B = ctx·2·kv_heads·d·kv bytes.
+
+    ``decode_kv_reads`` = per_query_head (1; TensorRT-LLM <= 0.10's kernels): the masked-MHA kernel runs one
+    thread block per query head and does its dot products on the CUDA cores, element by element; the query
+    heads of one KV head run side by side, so HBM still delivers the KV once (L2 serves the rest), and the
+    kernel is bound by instruction issue:  t = max(B / HBM rate, 2·ctx·d·q_heads / mmha_rate), with
+    mmha_rate = SMs·clock·(elements per SM-clock, fitted per generation; :mod:`dse.hardware.catalog`).  On
+    Hopper that release's XQA kernel takes over for an FP8 KV cache at XQA_GROUP query heads per KV head and
+    head_dim XQA_HEAD_DIM (its Hopper kernel reads only an E4M3 cache on SM 90: TensorRT-LLM
+    decoderXQAImplJIT/kernelUtils.cpp, supportConfigQGMMA); it works per KV head on the tensor cores:
+    2·ctx·d·kv_heads elements at xqa_rate (0 where the generation has no such kernel)."""
+    h, a = x["hidden"], x["heads"]
+    t = x["tp"]
+    d = h / a
+    mem = x["memory_rate"]
+    once = ctx * 2.0 * kv_heads_gpu * d * kv_b
+    flash = 4.0 * ctx * h / t / x["attention_rate"] + once / mem
+    xqa = mask((x["xqa_rate"] > 0) & (kv_b == 1.0) & (a == XQA_GROUP * x["kv_heads"]) & (d == XQA_HEAD_DIM), h)
+    elements = ctx * 2.0 * d * pick(xqa, kv_heads_gpu, np.maximum(a / t, 1.0))
+    issue = np.maximum(once / mem, elements / pick(xqa, x["xqa_rate"], x["mmha_rate"]))
+    return pick(mask(x["decode_kv_reads"] == 1, h), issue, flash), once
+
+
 def experts_visited(experts: Array, top_k: Array, tokens: Array) -> Array:
     """Expected distinct experts a layer runs for ``tokens`` tokens each routed to top_k of E experts:
     E · (1 − (1 − k/E)^tokens) (uniform routing)."""
@@ -182,10 +215,9 @@ def _infer(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one form
     # ---- decode: one token per request, at the mean context ----------------------------------------------
     ctx = s_in + 0.5 * s_out
     dec_gemm = _layer_gemms(b, x, rate, act, wb)
-    # once per KV head, or once per query head (decode_kv_reads = 1: TensorRT-LLM <= 0.10 masked MHA)
-    read_heads = pick(mask(x["decode_kv_reads"] == 1, a), np.maximum(a / t, 1.0), kv_heads_gpu)
-    kv_read = b * ctx * 2.0 * read_heads * d * kv_b
-    dec_attn = serial_roofline_time(4.0 * b * ctx * h / t, kv_read + 4.0 * b * h / t * 2.0, x["attention_rate"], mem)
+    # FlashAttention-style (KV once per KV head) or TensorRT-LLM <= 0.10's issue-bound kernels
+    attn_token, _ = decode_attention_time(ctx, x, kv_heads_gpu, kv_b)
+    dec_attn = b * attn_token + 4.0 * b * h / t * 2.0 / mem  # + the query and output vectors
     dec_ew = (K.RESIDUAL_FWD_BYTES * b * h + act_bytes * b * f / t + b * 2.0 * kv_heads_gpu * d * kv_b) / mem
     dec_tp = 2.0 * allreduce_time(2.0 * b * h, t, tp_links)
     dec_layer = dec_gemm + dec_attn + dec_ew + dec_tp + overhead

@@ -44,6 +44,7 @@ from dse.cost.inference import (
     INFER_INPUTS,
     _infer_reason,
     _rates,
+    decode_attention_time,
     experts_visited,
     kv_bytes_per_value,
     layer_gemm_terms,
@@ -139,8 +140,9 @@ def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array) ->
       (residual, activation, writing the new K and V), the two TP all-reduces of 2·h bytes each and the
       pipeline hand-off of 2·h bytes;
     * per request whose prompt it holds (X): causal prompt attention, CAUSAL_FRACTION·4·s_in²·h/t FLOPs;
-    * per decode token (D): attention over the mean context ctx = s_in + s_out/2, 4·ctx·h/t FLOPs and the KV it
-      reads, ctx·2·heads·d·kv bytes, heads = the GPU's KV heads, or its query heads (decode_kv_reads = 1);
+    * per decode token (D): attention over the mean context ctx = s_in + s_out/2
+      (:func:`dse.cost.inference.decode_attention_time`: 4·ctx·h/t FLOPs and the KV read once per KV head,
+      ctx·2·kv_heads·d·kv bytes, or TensorRT-LLM <= 0.10's issue-bound kernels, decode_kv_reads = 1);
     * per logits row (D + X): the vocabulary projection;
     * per pass: the weights streamed once, the collectives' α and the per-layer overhead."""
     h, a, f, V = x["hidden"], x["heads"], x["ffn_hidden"], x["vocab"]
@@ -153,10 +155,8 @@ def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array) ->
     mem = x["memory_rate"]
     per_token, attn_weights, ffn_weights = layer_gemm_terms(x, rate, act, wb)
     ctx = s_in + 0.5 * s_out
-    # decode attention reads each KV head once (XQA, FlashDecoding, FlashInfer) or once per query head
-    # (decode_kv_reads = 1: TensorRT-LLM's masked MHA kernel, one thread block per query head)
-    read_heads = pick(mask(x["decode_kv_reads"] == 1, h), np.maximum(a / t, 1.0), kvh)
-    kv_read = ctx * 2.0 * read_heads * d * kv_b  # bytes per decode token
+    # decode attention: FlashAttention-style, or TensorRT-LLM <= 0.10's issue-bound kernels (decode_kv_reads)
+    decode_attention, kv_read = decode_attention_time(ctx, x, kvh, kv_b)  # per decode token; KV bytes it reads
     act_bytes = pick(mask(x["mlp"] == codes.MLP_SWIGLU, h), K.ACTIVATION_FWD_BYTES_SWIGLU,
                      K.ACTIVATION_FWD_BYTES_2MAT)
     ar_per_byte, ar_latency = allreduce_terms(t, group_links(np.ones_like(t), t, x))
@@ -170,7 +170,7 @@ def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array) ->
         "gemm_token": per_token, "gemm_weights": attn_weights + ffn_weights, "ffn_weights": ffn_weights,
         "moe": moe, "any_moe": bool(moe.any()), "experts": x["experts"], "top_k": x["top_k"],
         "prefill_attention": K.CAUSAL_FRACTION * 4.0 * s_in * s_in * h / t / x["attention_rate"],
-        "decode_attention": 4.0 * ctx * h / t / x["attention_rate"] + kv_read / mem,
+        "decode_attention": decode_attention,
         "elementwise": (K.RESIDUAL_FWD_BYTES * h + act_bytes * (1.0 + moe * (x["top_k"] - 1.0)) * f / t
                         + 2.0 * kvh * d * kv_b) / mem,
         # two all-reduces of 2·h bytes per token (network.allreduce_terms): bytes per token, α per pass

@@ -39,6 +39,8 @@ HARDWARE_COLUMNS: tuple[str, ...] = (
     "layer_overhead_s",
     "host_bw",
     "tdp_w",
+    "mmha_rate",
+    "xqa_rate",
 )
 
 EFFICIENCY_COLUMNS: tuple[str, ...] = (
@@ -56,9 +58,14 @@ EFFICIENCY_COLUMNS: tuple[str, ...] = (
     "scaleup_latency_us",
     "scaleout_latency_us",
     "layer_overhead_us",
+    "mmha_elements_per_clk",
+    "xqa_elements_per_clk",
 )
-#: Dimensionless fractions among the efficiency constants (the rest are latencies in microseconds).
+#: Dimensionless fractions among the efficiency constants (then latencies in microseconds, then the decode
+#: attention kernels' element rates per SM and clock).
 FRACTION_COLUMNS = EFFICIENCY_COLUMNS[:11]
+#: Element rates of TensorRT-LLM's decode attention kernels per SM per clock (see :func:`achieved`).
+PER_CLOCK_COLUMNS = ("mmha_elements_per_clk", "xqa_elements_per_clk")
 
 
 #: Achieved fraction of the CPU-GPU link rate for offload copies (pinned-memory DMA).  ASSUMPTION: 0.8, not
@@ -81,12 +88,13 @@ def systems() -> pd.DataFrame:
     """The system catalog, indexed by catalog name, numbers as float64."""
     frame = _read_csv("systems.csv")
     numeric = [
-        "tensor_fp16_tflops", "tensor_fp8_tflops", "tensor_fp4_tflops", "vector_fp32_tflops", "hbm_gb",
-        "hbm_tbps", "scaleup_gpus", "scaleup_gbps", "scaleout_gbit", "host_gbps", "p2p", "tdp_w",
+        "tensor_fp16_tflops", "tensor_fp8_tflops", "tensor_fp4_tflops", "vector_fp32_tflops", "fp32_lanes_per_sm",
+        "hbm_gb", "hbm_tbps", "scaleup_gpus", "scaleup_gbps", "scaleout_gbit", "host_gbps", "p2p", "tdp_w",
     ]
     for col in numeric:
         frame[col] = pd.to_numeric(frame[col], errors="raise").astype(np.float64)
-    for col in ("tensor_fp16_tflops", "hbm_gb", "hbm_tbps", "scaleup_gpus", "scaleup_gbps"):
+    for col in ("tensor_fp16_tflops", "vector_fp32_tflops", "fp32_lanes_per_sm", "hbm_gb", "hbm_tbps",
+                "scaleup_gpus", "scaleup_gbps"):
         bad = frame[col].isna() | (frame[col] <= 0)
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0])
@@ -121,6 +129,12 @@ def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     efficiency; memory rate = HBM bandwidth × memory efficiency; scale-up bus bandwidth = per-direction link
     rate × NCCL efficiency (ring, and all-reduce which may use in-switch reduction); scale-out = NIC rate ×
     efficiency.  Missing peaks (no fp8 on Ampere, no NIC on a consumer card) become 0.
+
+    Decode attention kernels of TensorRT-LLM <= 0.10 (``decode_kv_reads = per_query_head``) are bound by
+    instruction issue, not by a FLOP peak: their rate in KV elements per second is the GPU's SM clocks per
+    second (SMs × clock = FP32 vector peak / (2 · FP32 lanes per SM)) times a per-clock element rate per
+    generation — masked MHA per query head (``mmha_rate``), the Hopper XQA kernel per KV head (``xqa_rate``;
+    0 where the generation has none).
     """
     z = lambda a: np.nan_to_num(np.asarray(a, dtype=np.float64), nan=0.0)  # noqa: E731
     return {
@@ -147,6 +161,8 @@ def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "layer_overhead_s": z(raw["layer_overhead_s"]),
         "host_bw": z(raw["host_bw"] * HOST_LINK_EFFICIENCY),
         "tdp_w": z(raw["tdp_w"]),
+        "mmha_rate": z(raw["sm_clocks"] * raw["mmha_elements_per_clk"]),
+        "xqa_rate": z(raw["sm_clocks"] * raw["xqa_elements_per_clk"]),
     }
 
 
@@ -178,12 +194,14 @@ def raw_table(overrides: tuple[tuple[str, str, float], ...] = ()) -> dict[str, n
         "scaleup_bw": sysf["scaleup_gbps"].to_numpy() * 1e9 * np.where(sysf["p2p"].to_numpy() > 0, 1.0, 0.5),
         "host_bw": sysf["host_gbps"].to_numpy() * 1e9,
         "tdp_w": sysf["tdp_w"].to_numpy(),
+        # SMs × clock (per second): the FP32 vector peak is 2 FLOPs per lane per SM per clock
+        "sm_clocks": sysf["vector_fp32_tflops"].to_numpy() * 1e12 / (2.0 * sysf["fp32_lanes_per_sm"].to_numpy()),
         "scaleout_bw": sysf["scaleout_gbit"].to_numpy() * 1e9 / 8.0,
         "scaleup_latency_s": g["scaleup_latency_us"].to_numpy() * 1e-6,
         "scaleout_latency_s": g["scaleout_latency_us"].to_numpy() * 1e-6,
     }
     table["layer_overhead_s"] = g["layer_overhead_us"].to_numpy() * 1e-6
-    for col in FRACTION_COLUMNS:
+    for col in FRACTION_COLUMNS + PER_CLOCK_COLUMNS:
         table[col] = g[col].to_numpy()
     return {k: np.ascontiguousarray(v, dtype=np.float64) for k, v in table.items()}
 

@@ -127,7 +127,7 @@ def derive_raw(system: np.ndarray, overrides: Mapping[str, Any] | None = None,
     power_base = base["power_w"] * logic["ppw"][node0]
     scale = np.minimum(area_term / area_base, power_term / power_base)
     raw["tdp_w"] = value("power_w")
-    for col in ("tensor_fp16_flops", "tensor_fp8_flops", "tensor_fp4_flops"):
+    for col in ("tensor_fp16_flops", "tensor_fp8_flops", "tensor_fp4_flops", "sm_clocks"):
         raw[col] = raw[col] * scale
 
     mem_given = "memory_tech" in overrides or "memory_devices" in overrides

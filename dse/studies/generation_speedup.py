@@ -36,7 +36,8 @@ FACTOR_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("scale-up (NVLink)", ("scaleup_gpus", "scaleup_ring_bw", "scaleup_allreduce_bw", "scaleup_latency_s",
                            "scaleout_latency_s")),
     ("scale-out (NIC)", ("scaleout_bw", "infer_matmul_fp16_rate", "infer_matmul_fp8_rate",
-                         "infer_matmul_fp4_rate", "layer_overhead_s", "host_bw", "tdp_w")),
+                         "infer_matmul_fp4_rate", "layer_overhead_s", "host_bw", "tdp_w", "mmha_rate",
+                         "xqa_rate")),
 )
 #: Step index of the lower-precision group: from it on the layout search may use fp8 / fp4.
 LOW_PRECISION_STEP = 2

@@ -7,8 +7,8 @@ The shipped constants in ``dse/hardware/efficiency.csv`` marked FITTED come from
 
 Objective: Σ_(file, metric) mean_cases (ln(predicted / measured))², each file and metric weighted equally so
 that a file with many rows does not drown a small one.  Minimised by Nelder–Mead over the constants
-(efficiencies bounded to (0, 1.2], overheads to (0, 1000] µs), separately for the training and the inference
-constants.
+(efficiencies bounded to (0, 1.2], overheads to (0, 1000] µs, element rates to (0, 64] per SM-clock),
+separately for the training, the inference and the serving constants.
 A test re-runs the fit and checks the shipped constants match it.
 """
 
@@ -37,9 +37,21 @@ INFERENCE_PARAMETERS: tuple[tuple[str, str], ...] = (
     ("ampere", "layer_overhead_us"),
     ("hopper", "layer_overhead_us"),
 )
-FITTED_PARAMETERS = TRAINING_PARAMETERS + INFERENCE_PARAMETERS
+#: The element rates of TensorRT-LLM 0.10's decode attention kernels (per SM and clock), fitted on its serving
+#: file only: no other reference file runs those kernels (the 0.9.0 static-batch file is left per KV head).
+SERVING_PARAMETERS: tuple[tuple[str, str], ...] = (
+    ("ampere", "mmha_elements_per_clk"),
+    ("hopper", "mmha_elements_per_clk"),
+    ("hopper", "xqa_elements_per_clk"),
+)
+FITTED_PARAMETERS = TRAINING_PARAMETERS + INFERENCE_PARAMETERS + SERVING_PARAMETERS
 TRAINING_FILES = ("megatron_narayanan2021_table1.csv", "megatron_korthikanti2022_table4.csv", "nemo_h100_24.07.csv")
 INFERENCE_FILES = ("llama2_inference_a100.csv", "trtllm_0.9.0_a100_h100.csv")
+SERVING_FILES = ("trtllm_0.10.0_serve_a100_h100.csv",)
+#: Upper bound of a constant in the fit, by the end of its name: fractions of peak (NVLink SHARP all-reduce
+#: exceeds the line rate, hence 1.2), latencies in µs, element rates per SM and clock.
+def _upper(column: str) -> float:
+    return 1000.0 if column.endswith("_us") else 64.0 if column.endswith("_per_clk") else 1.2
 
 
 def default_assumptions_path() -> Path:
@@ -50,7 +62,7 @@ def log_error_objective(files: Sequence[str | Path], assumptions: Sequence[Assum
                         params: Sequence[tuple[str, str]]) -> Callable[[np.ndarray], float]:
     """The function of the parameter vector that :func:`fit` minimises."""
 
-    upper = np.array([1000.0 if c.endswith("_us") else 1.2 for _, c in params])
+    upper = np.array([_upper(c) for _, c in params])
 
     def objective(values: np.ndarray) -> float:
         if np.any(values <= 0) or np.any(values > upper):
@@ -121,7 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--assume", default=str(default_assumptions_path()), help="assumptions YAML")
     args = parser.parse_args(argv)
     assumptions = load_assumptions(args.assume)
-    for names, params in ((TRAINING_FILES, TRAINING_PARAMETERS), (INFERENCE_FILES, INFERENCE_PARAMETERS)):
+    for names, params in ((TRAINING_FILES, TRAINING_PARAMETERS), (INFERENCE_FILES, INFERENCE_PARAMETERS),
+                          (SERVING_FILES, SERVING_PARAMETERS)):
         files = [f for f in args.files if Path(f).name in names]
         if not files:
             continue
