@@ -172,12 +172,13 @@ def test_efficiencies_in_range():
             if np.isnan(v):
                 continue
             # 1.2 leaves room for NVLink SHARP all-reduce, whose bus bandwidth exceeds the line rate
-            assert 0.0 < v <= 1.2, f"{gen}.{col} = {v}"
+            assert 0.0 < v <= 1.2 == hwcat.constant_upper_bound(col), f"{gen}.{col} = {v}"
         for col in EFF_LATENCIES:
             assert r[col] > 0, f"{gen}.{col} = {r[col]}"
         # element rates per SM and clock: an SM issues 4 warp instructions per clock (32 lanes each), so an
         # element that costs at least one lane-instruction cannot go faster than 128 per SM-clock; masked MHA
         # is needed by every generation (decode_kv_reads = per_query_head), XQA only where it exists
+        assert hwcat.constant_upper_bound("mmha_elements_per_clk") == 128.0
         assert 0.0 < r["mmha_elements_per_clk"] <= 128.0, f"{gen}.mmha_elements_per_clk"
         assert np.isnan(r["xqa_elements_per_clk"]) or 0.0 < r["xqa_elements_per_clk"] <= 128.0, gen
         # the 16-bit constants are needed by every generation

@@ -68,6 +68,14 @@ FRACTION_COLUMNS = EFFICIENCY_COLUMNS[:11]
 PER_CLOCK_COLUMNS = ("mmha_elements_per_clk", "xqa_elements_per_clk")
 
 
+def constant_upper_bound(column: str) -> float:
+    """Largest value an efficiency constant may take (fits and calibrations search below it, the catalog tests
+    check it): fractions of peak 1.2 (NVLink SHARP all-reduce bus bandwidth exceeds the line rate), latencies
+    1000 µs, element rates 128 per SM-clock (an SM issues 4 warp instructions of 32 lanes per clock, and an
+    element costs at least one lane-instruction)."""
+    return 1000.0 if column.endswith("_us") else 128.0 if column in PER_CLOCK_COLUMNS else 1.2
+
+
 #: Achieved fraction of the CPU-GPU link rate for offload copies (pinned-memory DMA).  ASSUMPTION: 0.8, not
 #: sourced; it only matters with ``offload``.
 HOST_LINK_EFFICIENCY = 0.8

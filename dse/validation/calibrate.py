@@ -117,7 +117,7 @@ def default_parameters(cases: CaseSet) -> list[tuple[str, str]]:
 
 
 def _objective(cases: CaseSet, params: Sequence[tuple[str, str]], exclude: int | None = None):  # noqa: ANN202
-    upper = np.array([1000.0 if c.endswith("_us") else 1.2 for _, c in params])
+    upper = np.array([hwcat.constant_upper_bound(c) for _, c in params])
 
     def f(values: np.ndarray) -> float:
         if np.any(values <= 0) or np.any(values > upper):

@@ -7,7 +7,8 @@ The shipped constants in ``dse/hardware/efficiency.csv`` marked FITTED come from
 
 Objective: Σ_(file, metric) mean_cases (ln(predicted / measured))², each file and metric weighted equally so
 that a file with many rows does not drown a small one.  Minimised by Nelder–Mead over the constants
-(efficiencies bounded to (0, 1.2], overheads to (0, 1000] µs, element rates to (0, 64] per SM-clock),
+(efficiencies bounded to (0, 1.2], overheads to (0, 1000] µs, element rates to (0, 128] per SM-clock;
+:func:`dse.hardware.catalog.constant_upper_bound`),
 separately for the training, the inference and the serving constants.
 A test re-runs the fit and checks the shipped constants match it.
 """
@@ -22,10 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
+from dse.hardware.catalog import constant_upper_bound
 from dse.validation.validate import Assumption, load_assumptions, validate_file
 
 #: The constants fitted on shared/reference, per generation: only those the reference cases constrain,
-#: in two independent groups (no training case depends on an inference constant and vice versa).
+#: in three independent groups (no training case depends on an inference or serving constant, and so on).
 TRAINING_PARAMETERS: tuple[tuple[str, str], ...] = (
     ("ampere", "matmul_eff_fp16"),
     ("ampere", "memory_eff"),
@@ -48,10 +50,6 @@ FITTED_PARAMETERS = TRAINING_PARAMETERS + INFERENCE_PARAMETERS + SERVING_PARAMET
 TRAINING_FILES = ("megatron_narayanan2021_table1.csv", "megatron_korthikanti2022_table4.csv", "nemo_h100_24.07.csv")
 INFERENCE_FILES = ("llama2_inference_a100.csv", "trtllm_0.9.0_a100_h100.csv")
 SERVING_FILES = ("trtllm_0.10.0_serve_a100_h100.csv",)
-#: Upper bound of a constant in the fit, by the end of its name: fractions of peak (NVLink SHARP all-reduce
-#: exceeds the line rate, hence 1.2), latencies in µs, element rates per SM and clock.
-def _upper(column: str) -> float:
-    return 1000.0 if column.endswith("_us") else 64.0 if column.endswith("_per_clk") else 1.2
 
 
 def default_assumptions_path() -> Path:
@@ -62,7 +60,7 @@ def log_error_objective(files: Sequence[str | Path], assumptions: Sequence[Assum
                         params: Sequence[tuple[str, str]]) -> Callable[[np.ndarray], float]:
     """The function of the parameter vector that :func:`fit` minimises."""
 
-    upper = np.array([_upper(c) for _, c in params])
+    upper = np.array([constant_upper_bound(c) for _, c in params])
 
     def objective(values: np.ndarray) -> float:
         if np.any(values <= 0) or np.any(values > upper):
