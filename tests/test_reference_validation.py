@@ -80,3 +80,24 @@ def test_every_shared_file_reads_and_names_its_stack(ref):
     serve = validate_file(ref / "trtllm_0.10.0_serve_a100_h100.csv")
     assert len(serve) == 123
     assert all(r.skipped is None and r.predicted > 0 for r in serve)
+
+
+def test_readme_validation_table_is_the_validate_output(ref, assumptions):
+    """The README's "Validation (shared/reference)" table (cases, MAPE, max abs error) is what `dse validate`
+    measures today, one row per file and metric, every reference file present."""
+    import re
+
+    from tests.conftest import REPO
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Validation (shared/reference)"):]
+    section = section[:section.index("\n\n", section.index("| file | metric"))]
+    rows = re.findall(r"^\| `([^`]+)` \| (\w+) \| (\d+)[^|]*\| ([\d.]+) % \| ([\d.]+) % \|", section, re.M)
+    seen = set()
+    for name, metric, n, mape, worst in rows:
+        (summary,) = [s for s in summarize(validate_file(ref / name, assumptions)) if s["metric"] == metric]
+        assert summary["n"] == int(n), (name, metric)
+        assert float(mape) == pytest.approx(summary["mape_pct"], abs=0.006), (name, metric)
+        assert float(worst) == pytest.approx(summary["max_abs_error_pct"], abs=0.06), (name, metric)
+        seen.add(name)
+    assert seen == {p.name for p in ref.glob("*.csv")}
