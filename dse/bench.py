@@ -454,7 +454,8 @@ def scaled_spec(base: dict, target: int) -> dict:
 
 def random_serve_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """N random serving configurations over the catalogs (kernel inputs of dse.cost.serving, system codes):
-    half at maximum load, half under a request rate; a tenth disaggregated."""
+    half at maximum load (a third of those closed loops of N clients), half under a request rate; a tenth
+    disaggregated."""
     from dse.cost.serving import SERVE_INPUTS
 
     rng = np.random.default_rng(seed)
@@ -475,6 +476,9 @@ def random_serve_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], 
     disagg = rng.random(n) < 0.1
     x["prefill_tp"] = np.where(disagg, pow2(2), np.nan)
     x["prefill_gpus"] = np.where(disagg, x["prefill_tp"] * pow2(2), np.nan)
+    # a third of the maximum-load rows are closed loops of 1-256 clients (drawn last: the other draws unchanged)
+    closed = np.isnan(x["request_rate"]) & (rng.random(n) < 1.0 / 3.0)
+    x["concurrency"] = np.where(closed, pow2(8), np.nan)
     assert set(x) == set(SERVE_INPUTS)
     return x, rng.integers(0, len(hwcat.system_names()), n)
 

@@ -236,6 +236,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             else:
                 print(f"{r.case:<{width}s}  {r.metric:<28s} {r.measured:12.4g} {r.predicted:12.4g} "
                       f"{r.error_pct:+7.2f}%")
+        for note in dict.fromkeys(r.stack_note for r in results if r.stack_note):
+            print(f"note: {note}")
         n_assumed = sum(len(r.assumed) for r in results)
         if n_assumed:
             print(f"\n{n_assumed} empty cells filled from documented assumptions "

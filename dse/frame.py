@@ -42,6 +42,7 @@ INTEGER_MIN: dict[str, int] = {
     "global_batch": 1, "seq_len": 1, "sp": 0, "zero": 0, "dp_overlap": 0, "pp_overlap": 0,
     "tied_embeddings": 0, "batch": 1, "input_len": 1, "output_len": 0, "lora_rank": 1, "max_num_tokens": 1,
     "layers_first_stage": 0, "layers_last_stage": 0, "prefill_gpus": 1, "prefill_tp": 1, "doc_len": 1,
+    "concurrency": 1,
 }
 INTEGER_MAX: dict[str, int] = {"sp": 1, "zero": 3, "dp_overlap": 1, "pp_overlap": 1, "tied_embeddings": 1}
 #: Every other integer column: at most INT_DOMAIN_MAX (2^24 − 1, the float32 kernels' exact range; see
@@ -486,7 +487,8 @@ def _named_codes(frame: pd.DataFrame, col: str, vocab: tuple[str, ...], source: 
 def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Checked inputs of the serving model for ``task == 'serve'`` rows: those of :func:`infer_inputs` (with
     ``batch`` optional: empty = only memory limits the concurrency) plus ``max_num_tokens`` (empty: no token
-    budget), ``request_rate`` (empty: maximum load) and the engine's KV settings from the row's stack."""
+    budget), ``request_rate`` (empty: maximum load), ``concurrency`` (clients of a closed loop; empty: not one)
+    and the engine's KV settings from the row's stack."""
     frame = frame.copy()
     n = len(frame)
     batch = frame["batch"] if "batch" in frame.columns else pd.Series([np.nan] * n, index=frame.index)
@@ -503,6 +505,13 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     x["kv_memory_fraction"] = np.full(n, np.nan)
     x["kv_block_tokens"] = np.full(n, np.nan)
     # (decode_kv_reads: filled by infer_inputs from the row or its stack)
+    x["concurrency"] = _integers(frame, "concurrency", source)
+    both = ~np.isnan(x["concurrency"]) & ~np.isnan(x["request_rate"])
+    if both.any():
+        pos = int(np.flatnonzero(both)[0])
+        raise InputError(f"{_where(source, frame, pos)}, columns 'concurrency' and 'request_rate': both given; "
+                         "allowed: one of them (concurrency: clients of a closed loop; request_rate: an open "
+                         "stream of requests/s), or neither for maximum load")
     x["prefill_gpus"] = _integers(frame, "prefill_gpus", source)
     x["prefill_tp"] = _integers(frame, "prefill_tp", source)
     # a disaggregated deployment's GPUs: the prefill pool's and the decode pool's (tp·pp·dp)

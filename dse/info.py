@@ -16,7 +16,7 @@ from dse.sweep import COST_COLUMN
 
 HIGH_IS_BETTER = ("tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu",
                   "output_tokens_per_s", "output_tokens_per_s_per_gpu", "max_batch", "requests_per_s",
-                  "tokens_per_s_per_user", "concurrency")
+                  "tokens_per_s_per_user", "running_requests")
 
 
 def load(path: str | Path, columns: list[str] | None = None) -> pd.DataFrame:

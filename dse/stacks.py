@@ -6,7 +6,10 @@ knobs that software fixes.  Rules:
 
 * a cell the table states always wins over the profile; the profile fills only empty cells;
 * an empty ``stack`` means the current Megatron-core / NeMo defaults of the model (:mod:`dse.defaults`);
-* an unknown stack is refused (exit 2) with the list of known ones.
+* an unknown stack is refused (exit 2) with the list of known ones, except in a case file (``dse validate``,
+  ``dse calibrate``): there a release dse has no profile for is predicted with the nearest documented release
+  of the same project and says so, and a stack of no known project is skipped with that reason
+  (:func:`nearest_stack`); one such row never refuses the file.
 
 Profile values: a value of the knob's vocabulary; ``auto`` (leave the model's default, e.g. ``sp`` = 1 when
 tp > 1); ``when_vpp`` (1 when the row interleaves, vpp > 1, else 0: Megatron-Bridge's overlap_p2p_comm).
@@ -17,6 +20,7 @@ serving settings (``max_batch``, ``max_num_tokens``, ``kv_memory_fraction``, ``k
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
@@ -48,6 +52,12 @@ STACKS: dict[str, str] = {
     "tensorrt-llm-1.0": "TensorRT-LLM 1.0 (perf-overview document, PyTorch backend)",
     "vllm-0.11": "vLLM 0.11 (V1 engine)",
     "sglang-0.5": "SGLang 0.5",
+    "deepspeed-2023": "HF Transformers + DeepSpeed (ZeRO, ZeRO-Offload) as benchmarked in Zhang et al. 2023 "
+                      "(arXiv 2311.03687); version not stated",
+    "peft-deepspeed-2023": "HF Transformers + DeepSpeed + HF PEFT (LoRA; QLoRA via bitsandbytes) as benchmarked in "
+                           "Zhang et al. 2023",
+    "megatron-lm-2023": "Megatron-LM as benchmarked in Zhang et al. 2023",
+    "nim-llm-1.8.0": "NVIDIA NIM for LLMs 1.8.0 (engine not stated by its benchmark page)",
 }
 
 #: Training knobs a profile sets (kernel inputs) and the values each takes.
@@ -67,6 +77,33 @@ SPECIAL = ("auto", "when_vpp")
 
 def stack_names() -> tuple[str, ...]:
     return tuple(STACKS)
+
+
+def _project_and_version(name: str) -> tuple[str, tuple[float, ...]]:
+    """``nemo-25.09`` -> ('nemo', (25, 9)); ``deepspeed-zero3-2021`` -> ('deepspeed-zero3', (2021,)): the project
+    is the name up to its first part that starts with a digit, the version the numbers after it."""
+    parts = name.split("-")
+    cut = next((i for i, part in enumerate(parts) if part[:1].isdigit()), len(parts))
+    numbers = re.findall(r"\d+", "-".join(parts[cut:]))
+    return "-".join(parts[:cut]), tuple(float(n) for n in numbers)
+
+
+def nearest_stack(name: str) -> tuple[str | None, str]:
+    """The documented stack a case file's ``stack`` cell is predicted with, and what to tell the reader.
+
+    A known stack is itself (note empty).  An unknown release of a known project (``vllm-0.12``,
+    ``nemo-26.04``) takes the newest documented release not newer than it, else the oldest one newer than it.
+    A name of no known project returns None and the reason to skip the row."""
+    if name in STACKS:
+        return name, ""
+    project, version = _project_and_version(name)
+    same = [(v, s) for s, (p, v) in ((s, _project_and_version(s)) for s in STACKS) if p == project]
+    if not project or not same:
+        return None, (f"stack {name!r} has no profile and no release of the same project is documented; "
+                      f"documented: {', '.join(STACKS)}")
+    older = [(v, s) for v, s in same if v <= version]
+    chosen = max(older)[1] if older else min(same)[1]
+    return chosen, f"stack {name!r} has no profile: predicted with {chosen!r}, the nearest documented release"
 
 
 @cache

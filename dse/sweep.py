@@ -35,7 +35,7 @@ CATEGORY_COLUMNS = {**CATEGORICAL, "kv_precision": codes.KV_PRECISION, "stack": 
                     "decode_kv_reads": codes.DECODE_KV_READS}
 SERVE_INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "batch", "input_len", "output_len",
                        "max_num_tokens", "request_rate", "precision", "kv_precision", "decode_kv_reads",
-                       "prefill_gpus", "prefill_tp", "stack")
+                       "prefill_gpus", "prefill_tp", "concurrency", "stack")
 FLOAT_INPUT_COLUMNS = ("request_rate",)
 
 

@@ -59,6 +59,8 @@ def test_systems_catalog_loads_and_names_are_unique():
 
 #: Systems the shared spec table does not have, sourced in systems.csv itself (issue 10: serving GPUs).
 SOURCED_HERE = {"rtx-pro-6000"}
+#: Servers of a GPU the shared table has, with another GPU interconnect (issue 21): their GPU numbers are that row's.
+VARIANT_OF = {"rtx3090-nvlink": "rtx3090"}
 
 
 def test_every_system_has_a_source():
@@ -70,7 +72,7 @@ def test_every_system_has_a_source():
         if r["name"] in SOURCED_HERE:
             assert "https://www.nvidia.com" in r["source"] and "DERIVED" in r["notes"], r["name"]
         else:
-            assert f"shared/hardware_specs.csv row {r['name']}" in r["source"], r["name"]
+            assert f"shared/hardware_specs.csv row {VARIANT_OF.get(r['name'], r['name'])}" in r["source"], r["name"]
 
 
 def test_system_numbers_positive_where_present():
@@ -138,11 +140,11 @@ def test_peaks_match_shared_hardware_specs():
              "tensor_fp4_tflops": "dense_fp4_tflops", "hbm_gb": "hbm_capacity_gb",
              "hbm_tbps": "hbm_bandwidth_tbps"}
     cat = hwcat.systems()
-    missing = sorted(set(cat.index) - set(shared.index) - SOURCED_HERE)
+    missing = sorted(set(cat.index) - set(shared.index) - SOURCED_HERE - set(VARIANT_OF))
     assert not missing, f"systems without a row in shared/hardware_specs.csv: {missing}"
     for name in set(cat.index) - SOURCED_HERE:
         for ours, theirs in pairs.items():
-            a, b = cat.loc[name, ours], shared.loc[name, theirs]
+            a, b = cat.loc[name, ours], shared.loc[VARIANT_OF.get(name, name), theirs]
             assert (np.isnan(a) and pd.isna(b)) or a == b, f"{name}: {ours}={a} vs shared {theirs}={b}"
 
 

@@ -25,7 +25,6 @@ from dse.cli import EXPLAIN_OPTIONS, main
 from dse.codes import PRECISION, RECOMPUTE
 from dse.hardware.catalog import system_names
 from dse.models.catalog import model_names
-from dse.stacks import stack_names
 from dse.validation.validate import METRICS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TASKS
 from tests.conftest import REPO
 
@@ -280,8 +279,6 @@ CORPUS: dict[str, Bad] = {
                              row=3, column="case", value=None, allowed=("duplicate case id", "'corpus-1'")),
     "unknown_task": Bad(_one("task", task="pretrain"), row=2, column="task", value="pretrain",
                         allowed=(", ".join(TASKS),)),
-    "unknown_stack": Bad(_one("stack", stack="megatron-lm-1999"), row=2, column="stack", value="megatron-lm-1999",
-                         allowed=(", ".join(stack_names()),)),
     "request_rate_zero": Bad(_one("rate", request_rate="0"), row=2, column="request_rate", value="0",
                              allowed=("a positive finite number",)),
     "max_num_tokens_fraction": Bad(_one("mnt", max_num_tokens="2048.5"), row=2, column="max_num_tokens",

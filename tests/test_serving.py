@@ -35,7 +35,7 @@ def test_littles_law_at_steady_state(rate):
     s = serve(request_rate=rate)
     assert s["requests_per_s"] == pytest.approx(rate, rel=1e-6)
     in_system = s["ttft_s"] + (BASE["output_len"] - 1) * s["tpot_s"]
-    assert s["concurrency"] == pytest.approx(rate * in_system, rel=0.03)
+    assert s["running_requests"] == pytest.approx(rate * in_system, rel=0.03)
     assert s["tokens_per_s_per_user"] == pytest.approx(1.0 / s["tpot_s"])
 
 
@@ -44,7 +44,7 @@ def test_concurrency_never_exceeds_batch_or_kv_capacity():
                          for b in (8, 64, 2048, None) for i, o in ((128, 128), (2048, 2048)) for n in (2048, None)])
     out = evaluate_serve(rows)
     cap = np.minimum(pd.to_numeric(rows["batch"]).fillna(np.inf), out["kv_capacity_requests"])
-    assert (out["concurrency"] <= cap * (1 + 1e-9)).all()
+    assert (out["running_requests"] <= cap * (1 + 1e-9)).all()
     assert (out["kv_cache_utilization"] <= 1.0 + 1e-9).all()
     assert set(out["limit"]) <= {"batch", "kv_memory", "tokens"}  # maximum load: a cap binds
 
@@ -64,7 +64,7 @@ def test_a_model_too_big_for_the_gpu_has_a_reason():
 
 def test_pipeline_stages_raise_throughput_not_token_latency():
     one = serve(tp=4, pp=1, system="a100-sxm-80gb", precision="fp16")
-    two = serve(tp=2, pp=2, system="a100-sxm-80gb", precision="fp16", batch=int(one["concurrency"]))
+    two = serve(tp=2, pp=2, system="a100-sxm-80gb", precision="fp16", batch=int(one["running_requests"]))
     assert two["tpot_s"] > 0.5 * one["tpot_s"]  # a token crosses every stage
 
 
@@ -332,3 +332,40 @@ def test_one_issue_rate_per_sm_clock_fits_ampere_and_hopper():
     t_h100, _, _ = _decode_attention("h100-sxm-80gb", "llama3-8b", "fp8", reads=1)
     t_h200, _, _ = _decode_attention("h200-sxm-141gb", "llama3-8b", "fp8", reads=1)
     assert t_h200 == pytest.approx(t_h100)
+
+
+# ---- closed loops (issue 22: `concurrency` clients, each sending its next request when its last one ends) ----
+
+def test_closed_loop_below_capacity_runs_every_client_and_none_waits():
+    """N clients below the batch limit and the KV capacity: the engine runs all N (limit `clients`), nobody
+    queues, and Little's law over the closed network holds: N = requests/s x (TTFT + (output_len - 1) TPOT)."""
+    s = serve(concurrency=8)
+    assert s["running_requests"] == pytest.approx(8.0, rel=1e-6)
+    assert s["queue_wait_s"] == 0.0 and s["limit"] == "clients"
+    in_system = s["ttft_s"] + (BASE["output_len"] - 1) * s["tpot_s"]
+    assert 8.0 == pytest.approx(s["requests_per_s"] * in_system, rel=0.05)
+
+
+def test_closed_loop_past_the_batch_limit_queues_and_saturates():
+    """Past the engine's batch limit the throughput stays at the limit's and every extra client adds
+    1 / requests_per_s to the wait before admission (TTFT grows linearly with N; TPOT does not move)."""
+    at, past, far = serve(batch=16, concurrency=16), serve(batch=16, concurrency=32), serve(batch=16, concurrency=64)
+    assert past["output_tokens_per_s"] == pytest.approx(at["output_tokens_per_s"], rel=1e-6)
+    assert past["tpot_s"] == pytest.approx(at["tpot_s"], rel=1e-6)
+    assert past["limit"] == "batch" and at["queue_wait_s"] == 0.0
+    assert past["queue_wait_s"] == pytest.approx(16 / past["requests_per_s"], rel=1e-6)
+    assert far["ttft_s"] - past["ttft_s"] == pytest.approx(32 / past["requests_per_s"], rel=1e-6)
+
+
+def test_closed_loop_is_maximum_load_limited_by_the_clients():
+    """A closed loop of N clients is the maximum-load steady state of an engine whose batch limit is N."""
+    closed, limited = serve(concurrency=24), serve(batch=24)
+    for col in ("output_tokens_per_s", "tpot_s", "ttft_s", "running_requests"):
+        assert closed[col] == pytest.approx(limited[col], rel=1e-6), col
+
+
+def test_concurrency_and_request_rate_together_are_refused():
+    with pytest.raises(InputError, match="'concurrency' and 'request_rate': both given"):
+        serve(concurrency=4, request_rate=2.0)
+    with pytest.raises(InputError, match="column 'concurrency': value 0 is not allowed"):
+        serve(concurrency=0)

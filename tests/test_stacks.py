@@ -53,7 +53,36 @@ def test_when_vpp_follows_the_row():
     assert list(evaluate(frame)["pp_overlap"]) == [0, 1]
 
 
-def test_unknown_stack_is_refused_everywhere(capsys):
+def test_a_case_file_predicts_an_unknown_release_with_the_nearest_and_skips_an_unknown_project(tmp_path, capsys):
+    """Issue 21: a stack dse has no profile for is a valid cell of a case file.  A newer (or older) release of a
+    documented project is predicted with the nearest documented release, and says so; a stack of no documented
+    project is skipped with that reason; neither refuses the file."""
+    base = {"task": "train", "metric": "step_time_s", "measured": 30.0, "source": "test", **ROW}
+    rows = [{**base, "case": "known", "stack": "megatron-lm-2021"},
+            {**base, "case": "newer", "stack": "megatron-lm-2099"},
+            {**base, "case": "nemo-newer", "stack": "nemo-26.04"},
+            {**base, "case": "alien", "stack": "lightllm-1.0"}]
+    path = tmp_path / "cases.csv"
+    from dse.validation.validate import REQUIRED_COLUMNS
+
+    frame = pd.DataFrame(rows)
+    for col in REQUIRED_COLUMNS:
+        if col not in frame:
+            frame[col] = ""
+    frame.to_csv(path, index=False)
+    results = {r.case: r for r in validate_file(path)}
+    assert results["known"].stack_note is None and results["known"].skipped is None
+    assert results["newer"].stack == "megatron-lm-2023" and "nearest documented release" in results["newer"].stack_note
+    assert results["nemo-newer"].stack == "nemo-26.02"
+    assert results["newer"].predicted > 0 and results["nemo-newer"].predicted > 0
+    assert results["alien"].predicted is None and "lightllm-1.0" in results["alien"].skipped
+    assert "no release of the same project" in results["alien"].skipped
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "note: stack 'megatron-lm-2099' has no profile: predicted with 'megatron-lm-2023'" in out
+
+
+def test_unknown_stack_is_refused_in_tables_specs_and_explain(capsys):
     with pytest.raises(InputError, match="megatron-lm-2021, megatron-lm-2022"):
         evaluate(pd.DataFrame([{**ROW, "stack": "megatron-lm-1999"}]))
     with pytest.raises(SpecError, match="stack"):

@@ -26,7 +26,15 @@ blocks of ``kv_block_tokens``).  Under a given ``request_rate`` λ it is the fix
 C = λ/dp · (TTFT + (output_len − 1)·TPOT), iterated a fixed number of times from the light-load value; a rate
 above what the maximum concurrency serves is the reason ``overloaded``.  TTFT = half an iteration of waiting to
 be admitted + the prefill iterations, each a full pass through the pipeline (queueing beyond admission is not
-modelled: at maximum load it depends on the length of the queue, which is not an input).
+modelled under an open rate or at maximum load: it depends on the length of the queue, which is not an input).
+
+Closed loop (``concurrency`` = N clients, each sending its next request when its last one ends, no think time:
+AIPerf / genai-perf ``--concurrency``, ``vllm bench serve --max-concurrency``): every client is always in the
+system, N/dp per replica.  The engine runs C = min(batch, KV capacity, N/dp) of them at its maximum-load
+steady state (limit ``clients`` when N binds) and the other N/dp − C wait; by Little's law over the closed
+network (Reiser & Lavenberg 1980, with no think time: N = throughput × time in system) each request waits
+W = (N/dp − C) / R before it is admitted, R = the replica's requests/s, and TTFT includes W
+(``queue_wait_s``).
 """
 
 from __future__ import annotations
@@ -57,10 +65,11 @@ from dse.hardware.catalog import HARDWARE_COLUMNS
 Array = Any
 
 SERVE_INPUTS: tuple[str, ...] = (*INFER_INPUTS, "max_num_tokens", "request_rate", "kv_memory_fraction",
-                                 "kv_block_tokens", "decode_kv_reads", "prefill_gpus", "prefill_tp")
+                                 "kv_block_tokens", "decode_kv_reads", "prefill_gpus", "prefill_tp", "concurrency")
 SERVE_METRICS: tuple[str, ...] = (
     "output_tokens_per_s", "output_tokens_per_s_per_gpu", "requests_per_s", "ttft_s", "tpot_s",
-    "tokens_per_s_per_user", "concurrency", "kv_cache_utilization", "iteration_ms", "iteration_tokens",
+    "tokens_per_s_per_user", "running_requests", "queue_wait_s", "kv_cache_utilization", "iteration_ms",
+    "iteration_tokens",
     "kv_capacity_requests", "weights_bytes", "kv_cache_bytes", "mem_total_bytes", "energy_per_output_token_j",
     "iter_gemm_ms", "iter_prefill_attention_ms", "iter_decode_attention_ms", "iter_elementwise_ms", "iter_tp_comm_ms",
     "iter_overhead_ms", "iter_logits_ms", "iter_pp_comm_ms", "kv_transfer_s",
@@ -70,7 +79,8 @@ ITERATION_PARTS: tuple[str, ...] = ("iter_gemm_ms", "iter_prefill_attention_ms",
                                     "iter_elementwise_ms", "iter_tp_comm_ms", "iter_overhead_ms", "iter_logits_ms",
                                     "iter_pp_comm_ms")
 #: What binds the steady state (column ``limit``).
-LIMITS: tuple[str, ...] = ("batch", "kv_memory", "tokens", "compute", "bandwidth", "prefill_pool", "kv_transfer")
+LIMITS: tuple[str, ...] = ("batch", "kv_memory", "tokens", "compute", "bandwidth", "prefill_pool", "kv_transfer",
+                            "clients")
 #: Engine defaults when neither the row nor its stack says: TensorRT-LLM's KV fraction (0.9 of free memory)
 #: and block size (64 tokens; TensorRT-LLM 0.10 release notes), as in the shared serve cases.
 DEFAULT_KV_MEMORY_FRACTION = 0.9
@@ -288,7 +298,9 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
     s_in, s_out = x["input_len"], x["output_len"]
     p, dp = x["pp"], x["dp"]
     budget = np.where(np.isnan(x["max_num_tokens"]), np.inf, x["max_num_tokens"])
-    batch_cap = np.where(np.isnan(x["batch"]), np.inf, x["batch"])
+    engine_cap = np.where(np.isnan(x["batch"]), np.inf, x["batch"])
+    clients = np.where(np.isnan(x["concurrency"]), np.inf, x["concurrency"])  # the deployment's (closed loop)
+    batch_cap = np.minimum(engine_cap, clients / dp)
     zero = 0.0 * s_in
     # ---- decode pool ----
     dec = _kv_capacity(x, np.minimum(budget, batch_cap))
@@ -327,18 +339,20 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
     t_p, _, _ = _iteration(pre_terms, xp, X_dec=zero)
     t_pass, _, _ = _iteration(pre_terms, np.maximum(xp, 1.0 / n_pre), X_dec=zero)
     utilization = np.minimum(R / cap_p, 1.0)
-    ttft = 0.5 * utilization * t_p + n_pre * t_pass + t_kv
+    running = dp * xd * p * life + n_p * xp * n_pre
+    wait = np.where(np.isinf(clients), 0.0, np.maximum(clients - running, 0.0) / R)  # closed loop: see _serve
+    ttft = 0.5 * utilization * t_p + n_pre * t_pass + t_kv + wait
     tpot = p * t_d
     out_tps = R * s_out
     gpus = x["prefill_gpus"] + x["tp"] * p * dp
     kv_used = xd * p * life * dec["pages"] * dec["kv_token"]
-    decode_bound = np.where(batch_cap <= dec["capacity"], 0, 1)
+    decode_bound = np.where(batch_cap <= dec["capacity"], np.where(clients / dp < engine_cap, 7, 0), 1)
     limit = np.where(cap_p <= np.minimum(cap_link, cap_d), 5, np.where(cap_link <= cap_d, 6, decode_bound))
     limit = np.where(offline, limit, np.where(comp >= traffic, 3, 4))
     return {
         "output_tokens_per_s": out_tps, "output_tokens_per_s_per_gpu": out_tps / gpus, "requests_per_s": R,
         "ttft_s": ttft, "tpot_s": tpot, "tokens_per_s_per_user": 1.0 / tpot,
-        "concurrency": dp * xd * p * life + n_p * xp * n_pre,
+        "running_requests": running, "queue_wait_s": wait,
         "kv_cache_utilization": kv_used / np.maximum(dec["kv_budget"], 1.0),
         "iteration_ms": t_d * 1e3, "iteration_tokens": xd * (s_out - 1.0),
         "kv_capacity_requests": dec["capacity"], "weights_bytes": dec["weights"], "kv_cache_bytes": kv_used,
@@ -355,7 +369,9 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
     E = x["experts"]
     _, rate, act, wb = _rates(x)
     budget = np.where(np.isnan(x["max_num_tokens"]), np.inf, x["max_num_tokens"])
-    batch_cap = np.where(np.isnan(x["batch"]), np.inf, x["batch"])
+    engine_cap = np.where(np.isnan(x["batch"]), np.inf, x["batch"])
+    clients = np.where(np.isnan(x["concurrency"]), np.inf, x["concurrency"] / dp)  # per replica (closed loop)
+    batch_cap = np.minimum(engine_cap, clients)
 
     # ---- memory: weights, activations of one iteration's tokens, KV capacity ----------------------------
     mem = _kv_capacity(x, budget)
@@ -401,12 +417,17 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
     concurrency = X * p * life  # per replica
     out_tps = dp * X * s_out / t_stage
     kv_used = concurrency * pages * kv_token
-    bound = np.where(by_concurrency <= by_budget, np.where(batch_cap <= kv_capacity, 0, 1), 2)
+    # closed loop: the clients the engine does not run wait to be admitted (Little's law, N = R · time in system)
+    wait = np.where(np.isinf(clients), 0.0, np.maximum(clients - concurrency, 0.0) * t_stage / X)
+    ttft = ttft + wait
+    held = np.where(batch_cap <= kv_capacity, np.where(clients < engine_cap, 7, 0), 1)
+    bound = np.where(by_concurrency <= by_budget, held, 2)
     limit = np.where(offline, bound, np.where(comp >= traffic, 3, 4))
     return {
         "output_tokens_per_s": out_tps, "output_tokens_per_s_per_gpu": out_tps / x["gpus"],
         "requests_per_s": dp * X / t_stage, "ttft_s": ttft, "tpot_s": tpot, "tokens_per_s_per_user": 1.0 / tpot,
-        "concurrency": dp * concurrency, "kv_cache_utilization": kv_used / np.maximum(kv_budget, 1.0),
+        "running_requests": dp * concurrency, "queue_wait_s": wait,
+        "kv_cache_utilization": kv_used / np.maximum(kv_budget, 1.0),
         "iteration_ms": t_stage * 1e3, "iteration_tokens": X * (s_in + s_out - 1.0),
         "kv_capacity_requests": kv_capacity, "weights_bytes": weights, "kv_cache_bytes": kv_used,
         "mem_total_bytes": weights + activations + kv_used + K.RUNTIME_RESERVED_BYTES,

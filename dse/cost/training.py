@@ -95,7 +95,7 @@ TRAIN_METRICS: tuple[str, ...] = (
     "time_pp_comm_s", "time_bubble_s", "time_dp_comm_s", "time_optimizer_s", "time_offload_s",
     "params_total", "params_per_gpu", "params_trainable", "energy_per_step_j", "energy_per_token_j",
     "mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes",
-    "mem_buffers_bytes", "mem_total_bytes",
+    "mem_buffers_bytes", "mem_total_bytes", "peak_memory_gb",
 )
 
 #: Components whose sum is ``step_time_s`` exactly.
@@ -527,6 +527,7 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     out.update({
         "mem_weights_bytes": weights, "mem_grads_bytes": grads, "mem_optimizer_bytes": optim,
         "mem_activations_bytes": act, "mem_buffers_bytes": buffers, "mem_total_bytes": total,
+        "peak_memory_gb": total * 1e-9,  # GB = 10^9 bytes, the unit of the case schema's peak_memory_gb
     })
 
     # in the kernel's dtype: train_step casts once, to the caller's

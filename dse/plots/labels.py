@@ -64,7 +64,9 @@ QUANTITIES: dict[str, tuple[str, str, float]] = {
     "batch": ("batch", "requests", 1.0),
     "tokens_per_s_per_user": ("interactivity", "tokens/s per user", 1.0),
     "requests_per_s": ("request throughput", "requests/s", 1.0),
-    "concurrency": ("concurrent requests", "", 1.0),
+    "running_requests": ("requests running", "", 1.0),
+    "queue_wait_s": ("queue wait", "s", 1.0),
+    "concurrency": ("clients (closed loop)", "", 1.0),
     "input_len": ("input length", "tokens", 1.0),
     "output_len": ("output length", "tokens", 1.0),
 }

@@ -41,7 +41,10 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
     "source",
 )
 OPTIONAL_COLUMNS: tuple[str, ...] = ("finetune", "lora_rank", "kv_precision", "max_num_tokens", "request_rate",
-                                     "stack")
+                                     "stack", "concurrency", "attention", "offload")
+#: Internal columns :func:`read_cases` adds: the stack a row named when it was predicted with the nearest documented
+#: one, and why a row is skipped before it is predicted (a stack of no known project).
+STACK_GIVEN, SKIP_REASON = "_stack_given", "_skip_reason"
 
 #: Metrics of the schema and the model output each is compared with (None: not modelled yet).
 METRICS: dict[str, str | None] = {
@@ -52,12 +55,14 @@ METRICS: dict[str, str | None] = {
     "e2e_latency_s": "e2e_latency_s",
     "ttft_s": "ttft_s",
     "output_tokens_per_s_per_gpu": "output_tokens_per_s_per_gpu",
+    "tpot_s": "tpot_s",
+    "peak_memory_gb": "peak_memory_gb",
 }
 #: The tasks each metric belongs to.
 METRIC_TASKS: dict[str, tuple[str, ...]] = {
     "step_time_s": ("train",), "model_tflops_per_gpu": ("train",), "tokens_per_s_per_gpu": ("train",),
     "layer_time_ms": ("train",), "e2e_latency_s": ("infer",), "ttft_s": ("infer", "serve"),
-    "output_tokens_per_s_per_gpu": ("infer", "serve")}
+    "output_tokens_per_s_per_gpu": ("infer", "serve"), "tpot_s": ("infer", "serve"), "peak_memory_gb": ("train",)}
 TASKS = ("train", "infer", "serve")
 #: Tasks the cost model evaluates today; rows of the others are read, checked and reported as skipped.
 MODELLED_TASKS = ("train", "infer", "serve")
@@ -71,7 +76,8 @@ def usable_rows(frame: pd.DataFrame) -> np.ndarray:
     task = frame["task"].to_numpy(dtype=object)
     metric_ok = np.array([t in METRIC_TASKS[m] for t, m in zip(task, frame["metric"], strict=True)], dtype=bool)
     experts = pd.to_numeric(frame["experts"], errors="coerce").fillna(1.0).to_numpy()
-    return metric_ok & np.isin(task, MODELLED_TASKS) & ~((task == "infer") & (experts > 1))
+    stack_ok = frame[SKIP_REASON].isna().to_numpy() if SKIP_REASON in frame else True
+    return metric_ok & np.isin(task, MODELLED_TASKS) & ~((task == "infer") & (experts > 1)) & stack_ok
 
 
 @dataclass
@@ -95,6 +101,7 @@ class CaseResult:
     assumed: dict[str, object] = field(default_factory=dict)
     stack: str | None = None
     from_stack: dict[str, object] = field(default_factory=dict)
+    stack_note: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"case": self.case, "file": self.file, "metric": self.metric,
@@ -107,6 +114,8 @@ class CaseResult:
         if self.assumed:
             out["assumed"] = self.assumed
         out["stack"] = self.stack or "(none: current Megatron-core / NeMo defaults)"
+        if self.stack_note:
+            out["stack_note"] = self.stack_note
         out["filled_by_stack"] = self.from_stack
         return out
 
@@ -245,8 +254,40 @@ def read_cases(path: str | Path) -> pd.DataFrame:
     frame["task"] = task
     frame["metric"] = metric
     frame["measured"] = measured.astype(np.float64)
+    frame = _resolve_stacks(frame)
     distinct = _distinct_rows(frame)  # repeated configurations are checked once (the first bad row is named)
     check_configuration_cells(frame if distinct is None else frame.iloc[distinct[0]], str(path))
+    return frame
+
+
+def _resolve_stacks(frame: pd.DataFrame) -> pd.DataFrame:
+    """A release dse has no profile for is predicted with the nearest documented one (the name it gave is kept
+    in :data:`STACK_GIVEN`); a stack of no known project marks its rows skipped (:data:`SKIP_REASON`).  The
+    work is one step per distinct stack name, never per row."""
+    from dse.stacks import nearest_stack
+
+    if "stack" not in frame.columns:
+        return frame
+    names = _lower_names(frame["stack"], blank_series(frame["stack"]), "")
+    unknown = [s for s in pd.unique(names) if s and nearest_stack(s)[1]]
+    if not unknown:
+        return frame
+    frame = frame.copy()
+    given = np.full(len(frame), None, dtype=object)
+    skip = np.full(len(frame), None, dtype=object)
+    stack = frame["stack"].to_numpy(dtype=object).copy()
+    for name in unknown:
+        rows = (names == name).to_numpy()
+        chosen, note = nearest_stack(name)
+        given[rows] = name
+        if chosen is None:
+            skip[rows] = note
+            stack[rows] = None  # checked and predicted as nothing: the row is skipped
+        else:
+            stack[rows] = chosen
+    frame["stack"] = stack
+    frame[STACK_GIVEN] = given
+    frame[SKIP_REASON] = skip
     return frame
 
 
@@ -257,8 +298,9 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
     frame = read_cases(path)
     frame, applied = apply_assumptions(frame, assumptions)
     frame, from_stack = apply_stack(frame)
-    is_train = (frame["task"] == "train").to_numpy()
-    is_infer = (frame["task"] == "infer").to_numpy()
+    predict = frame[SKIP_REASON].isna().to_numpy() if SKIP_REASON in frame else np.ones(len(frame), dtype=bool)
+    is_train = (frame["task"] == "train").to_numpy() & predict
+    is_infer = (frame["task"] == "infer").to_numpy() & predict
     needed = [*dict.fromkeys(c for c in METRICS.values() if c is not None), "infeasible_reason"]
     predicted_parts = []
     if is_train.any():
@@ -267,7 +309,7 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
     if is_infer.any():
         predicted_parts.append(distinct_apply(_rows(frame, is_infer), lambda f: evaluate_infer(
             f, source=str(path), overrides=overrides), needed))
-    is_serve = (frame["task"] == "serve").to_numpy()
+    is_serve = (frame["task"] == "serve").to_numpy() & predict
     if is_serve.any():
         predicted_parts.append(distinct_apply(_rows(frame, is_serve), lambda f: evaluate_serve(
             f, source=str(path), overrides=overrides), needed))
@@ -304,6 +346,11 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
     rows = ~belongs
     skipped[rows] = _messages(lambda m, t: f"metric {m!r} does not belong to task {t!r}", metric[rows], task[rows])
     open_rows = skipped == None  # noqa: E711 - elementwise on an object array
+    if SKIP_REASON in frame:
+        stack_skip = frame[SKIP_REASON].to_numpy(dtype=object)
+        rule = open_rows & ~pd.isna(stack_skip)
+        skipped[rule] = stack_skip[rule]
+        open_rows &= ~rule
     rule = open_rows & ~np.isin(task, MODELLED_TASKS)
     skipped[rule] = SERVE_NOT_MODELLED
     open_rows &= ~rule
@@ -326,9 +373,15 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
         if key not in shared:
             shared[key] = {k: _plain(v) for k, v in record.items()}
         plain.append(shared[key])
-    results = [CaseResult(c, name, m, meas, p, e, sk, a, st, fs) for c, m, meas, p, e, sk, a, st, fs in zip(
+    notes = np.full(n, None, dtype=object)
+    if STACK_GIVEN in frame:
+        given = frame[STACK_GIVEN].to_numpy(dtype=object)
+        has = ~pd.isna(given) & (skipped == None)  # noqa: E711 - elementwise on an object array
+        notes[has] = _messages(lambda g, s: f"stack {g!r} has no profile: predicted with {s!r}, the nearest "
+                               "documented release", given[has], stacks[has])
+    results = [CaseResult(c, name, m, meas, p, e, sk, a, st, fs, nt) for c, m, meas, p, e, sk, a, st, fs, nt in zip(
         cases.tolist(), metric.tolist(), measured.tolist(), pred_list, err_list, skipped.tolist(), applied,
-        stacks.tolist(), plain, strict=True)]
+        stacks.tolist(), plain, notes.tolist(), strict=True)]
     return results
 
 
