@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+import pandas as pd
 
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
 RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = 0, 1, 2
@@ -109,17 +110,17 @@ def encode(values: Iterable[object] | object, vocabulary: Sequence[str], key: st
     """Map names (case-insensitive) to their codes in ``vocabulary``.
 
     Raises ``ValueError`` naming ``key``, the bad value and the allowed values.  Used at the edges only
-    (spec loader, case reader, CLI); the work is one ``np.unique`` over the distinct names, not one Python
-    step per configuration.
+    (spec loader, case reader, CLI); the work is one hash factorization, then one step per distinct name, not
+    per configuration.
     """
     arr = np.atleast_1d(np.asarray(values, dtype=object))
-    names = np.char.lower(np.char.strip(arr.astype(str)))
-    uniq, inverse = np.unique(names, return_inverse=True)
+    inverse, uniq = pd.factorize(arr.ravel(), use_na_sentinel=False)  # one hash pass; names handled per value
     lookup = {name: i for i, name in enumerate(vocabulary)}
     table = np.empty(len(uniq), dtype=np.int64)
-    for j, name in enumerate(uniq):
+    for j, value in enumerate(uniq):
+        name = str(value).strip().lower()
         if name not in lookup:
-            raise ValueError(f"{key}: {str(name)!r} is not allowed; allowed values: {', '.join(vocabulary)}")
+            raise ValueError(f"{key}: {name!r} is not allowed; allowed values: {', '.join(vocabulary)}")
         table[j] = lookup[name]
     return table[inverse].reshape(arr.shape)
 

@@ -8,7 +8,7 @@ optional knobs of this model (:data:`OPTIONAL_KNOBS`).  Empty cells take the def
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Container, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 
-from dse import codes
+from dse import cells, codes
 from dse.cost.inference import INFER_METRICS, infer_step
 from dse.cost.select import INT_DOMAIN_MAX
 from dse.cost.training import TRAIN_METRICS, train_step
@@ -92,71 +92,11 @@ def _where(source: str, frame: pd.DataFrame, pos: int) -> str:
     return f"{source}: {line}{case}"
 
 
-def _arrow_text(series: pd.Series) -> pa.Array | pa.ChunkedArray | None:
-    """The cells as Arrow strings (null where NaN or None), converted without a Python step per cell and
-    without a copy for Arrow-backed text (a CSV read by Arrow stays in its chunks); None when they are not all
-    text (numbers, mixed objects)."""
-    if series.dtype.kind in "iufb":
-        return None
-    try:
-        arr = pa.array(series, from_pandas=True)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
-        return None
-    if pa.types.is_null(arr.type):  # every cell NaN or None
-        return arr.cast(pa.string())
-    return arr if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type) else None
-
-
-def _numpy(arr: pa.Array | pa.ChunkedArray, dtype: Any) -> np.ndarray:
-    """An Arrow array or chunked array as one numpy array of ``dtype`` (nulls as NaN for floats)."""
-    values = arr.to_numpy() if isinstance(arr, pa.ChunkedArray) else arr.to_numpy(zero_copy_only=False)
-    return np.asarray(values, dtype=dtype)
-
-
-def _blank(series: pd.Series) -> np.ndarray:
-    """True where a cell is empty (NaN, None or whitespace), vectorized: numeric columns by isnan, text by
-    Arrow's whitespace trim (no Python step per cell)."""
-    if not len(series):
-        return np.zeros(0, dtype=bool)
-    kind = series.dtype.kind
-    if kind in "iub" and isinstance(series.dtype, np.dtype):  # numpy integers and booleans have no empty cell
-        return np.zeros(len(series), dtype=bool)
-    if kind in "iufb":  # floats (NaN) and nullable or Arrow-backed numbers (<NA>)
-        return np.asarray(series.isna().to_numpy(), dtype=bool)
-    text = _arrow_text(series)
-    if text is not None:
-        empty = pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(text)), 0)
-        return _numpy(pc.fill_null(empty, True), bool)
-    na = series.isna().to_numpy()
-    mixed = series.where(~na, "").astype(str).astype("string[pyarrow]")  # e.g. numbers and text in one column
-    return na | (mixed.str.strip() == "").to_numpy(dtype=bool, na_value=True)
-
-
-def _to_float(raw: pd.Series, blank: np.ndarray) -> np.ndarray:
-    """Cells as float64 (NaN where blank or not a number): numeric columns as they are, text parsed by Arrow's
-    vectorized cast (pandas' per-cell parser only when a cell does not parse, to find it)."""
-    if raw.dtype.kind in "iufb":
-        return raw.to_numpy(dtype=np.float64, na_value=np.nan)
-    text = _arrow_text(raw)
-    if text is not None:
-        trimmed = pc.utf8_trim_whitespace(text)
-        try:
-            cells = pc.if_else(pa.array(blank), pa.scalar(None, trimmed.type), trimmed)
-            return _numpy(pc.cast(cells, pa.float64()), np.float64)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            pass
-    return pd.to_numeric(raw.where(~blank, np.nan), errors="coerce").to_numpy(dtype=np.float64)
-
-
-def _lower_names(raw: pd.Series, blank: np.ndarray, default: str) -> pd.Series:
-    """Cells as stripped lower-case names (``default`` where blank), vectorized through Arrow strings."""
-    text = _arrow_text(raw)
-    if text is not None:
-        names = pc.utf8_lower(pc.utf8_trim_whitespace(text)).cast(pa.string())
-        names = pc.if_else(pa.array(blank), pa.scalar(default, pa.string()), names)
-        return pd.Series(_numpy(names, object), index=raw.index, dtype=object)
-    mixed = raw.astype(object).where(~blank, default).astype(str).astype("string[pyarrow]")
-    return mixed.str.strip().str.lower().astype(object)
+_arrow_text = cells.arrow_text
+_numpy = cells.to_numpy
+_blank = cells.blank
+_to_float = cells.to_float
+_lower_names = cells.lower_names
 
 
 def _integers(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
@@ -165,9 +105,15 @@ def _integers(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
     if col not in frame.columns:
         return np.full(len(frame), np.nan)
     raw = frame[col]
+    if cells.is_categorical(raw):  # checked once per distinct cell; a bad one is named by its first row
+        return _per_distinct_cell(frame, col, source, _integers)
+    lo, hi = INTEGER_MIN.get(col, 0), INTEGER_MAX.get(col, INT_DOMAIN_MAX)
+    if isinstance(raw.dtype, np.dtype) and raw.dtype.kind in "iu" and len(raw):  # numpy integers: a range check
+        ints = raw.to_numpy()
+        if lo <= ints.min() and ints.max() <= hi:
+            return ints.astype(np.float64)
     blank = _blank(raw)
     vals = _to_float(raw, blank)
-    lo, hi = INTEGER_MIN.get(col, 0), INTEGER_MAX.get(col, INT_DOMAIN_MAX)
     with np.errstate(invalid="ignore"):
         bad = ~blank & ~((np.fmod(vals, 1.0) == 0) & (vals >= lo) & (vals <= hi))  # NaN (not a number) fails
     if bad.any():
@@ -177,6 +123,15 @@ def _integers(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
         raise InputError(f"{_where(source, frame, pos)}, column {col!r}: value {show(raw.iloc[pos])} is not "
                          f"allowed; allowed: {allowed} (or empty for the default)")
     return vals
+
+
+def _per_distinct_cell(frame: pd.DataFrame, col: str, source: str, parse: Any) -> np.ndarray:
+    """``parse(frame, col, source)`` of a Categorical column, computed on its distinct cells and taken back to the
+    rows; when a cell is bad, the row path runs instead so that the message names the first bad row."""
+    try:
+        return cells.on_distinct(frame[col], lambda c: parse(pd.DataFrame({col: c}), col, source))
+    except InputError:
+        return np.asarray(parse(frame.assign(**{col: frame[col].astype(object)}), col, source))
 
 
 def _required_integers(frame: pd.DataFrame, col: str, source: str, task: str = "") -> np.ndarray:
@@ -195,6 +150,8 @@ def _categorical(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
     if col not in frame.columns:
         return np.full(len(frame), np.nan)
     raw = frame[col]
+    if cells.is_categorical(raw):
+        return _per_distinct_cell(frame, col, source, _categorical)
     blank = _blank(raw)
     default = CATEGORICAL_DEFAULTS[col]
     names = _lower_names(raw, blank, default)
@@ -214,8 +171,8 @@ def _fill_dimensions_from_catalog(frame: pd.DataFrame, source: str = "<frame>") 
     if "model" not in frame.columns:
         return frame
     cat = model_catalog()
-    names = frame["model"].astype(str).str.strip().str.lower()
-    known = names.isin(cat.index).to_numpy()
+    position = _catalog_position(frame["model"])
+    known = position >= 0
     missing = np.zeros(len(frame), dtype=bool)
     for col in ("layers", "hidden", "heads", "vocab"):
         missing |= _blank(frame[col]) if col in frame.columns else True
@@ -228,15 +185,15 @@ def _fill_dimensions_from_catalog(frame: pd.DataFrame, source: str = "<frame>") 
                          "dimension columns filled")
     if not known.any():
         return frame
-    frame = frame.copy()
-    rows = cat.reindex(names.to_numpy())  # the catalog row of each row's model (NaN where not catalogued)
+    frame = frame.copy(deep=False)  # columns are replaced, never changed in place (copy-on-write)
     for col in DIMENSION_COLUMNS:
-        values = rows[col].to_numpy()
+        values = _catalog_column(cat[col], position)  # the catalog's value of each row's model (NaN: none)
         if col not in frame.columns:
             frame[col] = pd.Series(values, index=frame.index, dtype=object).where(known, None)
         else:
-            blank = _blank(frame[col])
-            frame[col] = frame[col].astype(object).where(~(blank & known), pd.Series(values, index=frame.index))
+            fill = _blank(frame[col]) & known
+            if fill.any():
+                frame[col] = frame[col].astype(object).where(~fill, pd.Series(values, index=frame.index))
     return frame
 
 
@@ -293,13 +250,27 @@ def tied_embeddings_default(frame: pd.DataFrame, dims: Mapping[str, np.ndarray])
     if "model" not in frame.columns:
         return out
     cat = model_catalog()
-    names = frame["model"].astype(str).str.strip().str.lower().to_numpy()
-    rows = cat.reindex(names)
-    same = np.array(rows["layers"].notna().to_numpy(), dtype=bool)
+    position = _catalog_position(frame["model"])
+    same = position >= 0
     for col in ("layers", "hidden", "heads", "vocab"):
-        same &= rows[col].to_numpy(dtype=np.float64) == dims[col]
-    out[same] = rows["tied_embeddings"].to_numpy(dtype=np.float64)[same]
+        same &= _catalog_column(cat[col], position).astype(np.float64) == dims[col]
+    out[same] = _catalog_column(cat["tied_embeddings"], position).astype(np.float64)[same]
     return out
+
+
+def _catalog_position(model: pd.Series) -> np.ndarray:
+    """Row of each cell's model in the model catalog (-1: not catalogued), looked up once per distinct cell."""
+    if cells.is_categorical(model):
+        return cells.on_distinct(model, _catalog_position).astype(np.int64)
+    names = _lower_names(model, _blank(model), "")
+    return np.asarray(model_catalog().index.get_indexer(pd.Index(names.to_numpy(dtype=object))), dtype=np.int64)
+
+
+def _catalog_column(values: pd.Series, position: np.ndarray) -> np.ndarray:
+    """A catalog column's value at each ``position`` (NaN where -1)."""
+    numeric = values.dtype.kind in "iufb"
+    column = np.append(values.to_numpy(dtype=np.float64 if numeric else object), np.nan)
+    return column[np.where(position >= 0, position, len(values))]
 
 
 def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -340,10 +311,11 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
 
 def evaluate_train(frame: pd.DataFrame, source: str = "<frame>",
                    overrides: dict[tuple[str, str], float] | None = None,
-                   with_inputs: bool = False) -> pd.DataFrame:
+                   with_inputs: bool | Container[str] = False) -> pd.DataFrame:
     """Training outputs for every row of ``frame`` (same index), as typed columns.
 
-    With ``with_inputs`` the resolved inputs (defaults filled) and the GPU's HBM capacity come first.
+    With ``with_inputs`` the resolved inputs (defaults filled) and the GPU's HBM capacity come first (a collection:
+    only the inputs it names).
     """
     x, sys_codes = train_inputs(frame, source)
     hw = hwcat.hardware_columns(sys_codes, overrides)
@@ -354,14 +326,15 @@ def evaluate_train(frame: pd.DataFrame, source: str = "<frame>",
     out["infeasible_reason"] = pd.Categorical.from_codes(reason, categories=pd.Index(codes.REASONS))
     if with_inputs:
         out = _inputs_beside(out, x, sys_codes, hw, CATEGORICAL, integers=True,
-                             nullable=("layers_first_stage", "layers_last_stage", "doc_len"))
+                             nullable=("layers_first_stage", "layers_last_stage", "doc_len"), only=with_inputs)
     return out
 
 
 def _system_codes(frame: pd.DataFrame, source: str) -> np.ndarray:
     system = frame["system"]
-    blank = _blank(system)
-    names = system.astype(object).where(~blank, "").astype(str).str.strip().str.lower()
+    if cells.is_categorical(system):
+        return _per_distinct_cell(frame, "system", source, lambda f, _, src: _system_codes(f, src)).astype(np.int64)
+    names = _lower_names(system, _blank(system), "")
     known = names.isin(hwcat.system_names()).to_numpy()
     if not known.all():
         pos = int(np.flatnonzero(~known)[0])
@@ -415,7 +388,7 @@ def infer_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
 
 def evaluate_infer(frame: pd.DataFrame, source: str = "<frame>",
                    overrides: dict[tuple[str, str], float] | None = None,
-                   with_inputs: bool = False) -> pd.DataFrame:
+                   with_inputs: bool | Container[str] = False) -> pd.DataFrame:
     """Inference outputs for every row of ``frame`` (same index), as typed columns."""
     x, sys_codes = infer_inputs(frame, source)
     hw = hwcat.hardware_columns(sys_codes, overrides)
@@ -425,7 +398,7 @@ def evaluate_infer(frame: pd.DataFrame, source: str = "<frame>",
     out["infeasible_reason"] = pd.Categorical.from_codes(res["reason"].astype(np.int64),
                                                          categories=pd.Index(codes.REASONS))
     if with_inputs:
-        out = _inputs_beside(out, x, sys_codes, hw, INFERENCE_VOCABULARIES, integers=True)
+        out = _inputs_beside(out, x, sys_codes, hw, INFERENCE_VOCABULARIES, integers=True, only=with_inputs)
     return out
 
 
@@ -435,21 +408,28 @@ INFERENCE_VOCABULARIES = {"mlp": codes.MLP, "precision": codes.PRECISION, "kv_pr
 
 def _inputs_beside(out: pd.DataFrame, x: Mapping[str, np.ndarray], sys_codes: np.ndarray,
                    hw: Mapping[str, np.ndarray], vocabularies: Mapping[str, tuple[str, ...]], integers: bool,
-                   nullable: tuple[str, ...] = ()) -> pd.DataFrame:
+                   nullable: tuple[str, ...] = (), only: bool | Container[str] = True) -> pd.DataFrame:
     """The resolved inputs (``system`` first, categorical codes decoded back to names by ``vocabularies``, the
     GPU's ``hbm_bytes`` last) then ``out``, for display and audit.  With ``integers`` the numeric inputs are
     int64 (``nullable`` ones Int64: empty means "from the split" or "not packed"); without, as computed (the
     serving model's inputs may be empty or fractional)."""
-    columns: dict[str, Any] = {"system": np.asarray(hwcat.system_names(), dtype=object)[sys_codes]}
+    wanted = (lambda k: True) if only is True or only is False else (lambda k: k in only)  # noqa: E731
+    columns: dict[str, Any] = {}
+    if wanted("system"):
+        columns["system"] = pd.Categorical.from_codes(np.asarray(sys_codes, dtype=np.int64),
+                                                      pd.Index(hwcat.system_names()))
     for k, v in x.items():
-        if k in vocabularies:
-            columns[k] = codes.decode(np.asarray(v), vocabularies[k])
+        if not wanted(k):
+            continue
+        if k in vocabularies:  # names as a Categorical of the vocabulary: no string per row
+            columns[k] = pd.Categorical.from_codes(np.asarray(v, dtype=np.int64), pd.Index(vocabularies[k]))
         elif k in nullable:
             columns[k] = pd.array(np.asarray(v, dtype=np.float64), dtype="Int64")
         else:
             columns[k] = np.asarray(v).astype(np.int64) if integers else np.asarray(v)
-    columns["hbm_bytes"] = hw["hbm_bytes"]
-    return pd.concat([pd.DataFrame(columns, index=out.index), out], axis=1)
+    if wanted("hbm_bytes"):
+        columns["hbm_bytes"] = hw["hbm_bytes"]
+    return pd.concat([pd.DataFrame(columns, index=out.index), out], axis=1) if columns else out
 
 
 def _decode_kv_reads(frame: pd.DataFrame, source: str) -> np.ndarray:
@@ -489,7 +469,7 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     ``batch`` optional: empty = only memory limits the concurrency) plus ``max_num_tokens`` (empty: no token
     budget), ``request_rate`` (empty: maximum load), ``concurrency`` (clients of a closed loop; empty: not one)
     and the engine's KV settings from the row's stack."""
-    frame = frame.copy()
+    frame = frame.copy(deep=False)  # columns are replaced, never changed in place (copy-on-write)
     n = len(frame)
     batch = frame["batch"] if "batch" in frame.columns else pd.Series([np.nan] * n, index=frame.index)
     blank_batch = _blank(batch)
@@ -535,7 +515,7 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
 
 def evaluate_serve(frame: pd.DataFrame, source: str = "<frame>",
                    overrides: dict[tuple[str, str], float] | None = None,
-                   with_inputs: bool = False) -> pd.DataFrame:
+                   with_inputs: bool | Container[str] = False) -> pd.DataFrame:
     """Serving outputs (:mod:`dse.cost.serving`) for every row of ``frame`` (same index)."""
     from dse.cost.serving import LIMITS, SERVE_METRICS, serve_step
 
@@ -549,7 +529,7 @@ def evaluate_serve(frame: pd.DataFrame, source: str = "<frame>",
     out["infeasible_reason"] = pd.Categorical.from_codes(res["reason"].astype(np.int64),
                                                          categories=pd.Index(codes.REASONS))
     if with_inputs:
-        out = _inputs_beside(out, x, sys_codes, hw, INFERENCE_VOCABULARIES, integers=False)
+        out = _inputs_beside(out, x, sys_codes, hw, INFERENCE_VOCABULARIES, integers=False, only=with_inputs)
     return out
 
 
@@ -566,9 +546,12 @@ def evaluate(frame: pd.DataFrame, overrides: dict[tuple[str, str], float] | None
     defaults and the kernel run on the distinct rows (in order of first appearance, so an error still names
     the first bad row of ``frame``), and their outputs are repeated.
     """
-    distinct = _distinct_rows(frame)
+    work = cells.factorized(frame)  # text columns as their distinct cells: checked and parsed once per cell
+    distinct = _distinct_rows(work)
     if distinct is None:
-        return _evaluate(frame, overrides)
+        out = _evaluate(work, overrides)
+        added = [c for c in out.columns if c not in frame.columns]
+        return pd.concat([frame, out[added]], axis=1)
     first, inverse = distinct
     once = _evaluate(frame.iloc[first], overrides)
     added = [c for c in once.columns if c not in frame.columns]
@@ -609,6 +592,9 @@ def distinct_apply(frame: pd.DataFrame, fn: Any, columns: list[str] | None = Non
 
 #: Evaluate distinct rows only when they are at most this fraction of the table.
 DISTINCT_BELOW = 0.5
+#: Rows of the first look at a large table (:func:`_distinct_rows`): when they are mostly distinct, the table is
+#: taken as mostly distinct without hashing every row (a wrong guess costs time, never a different result).
+DISTINCT_PROBE_ROWS = 8192
 
 
 def _distinct_rows(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
@@ -618,6 +604,11 @@ def _distinct_rows(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
     n = len(frame)
     if n < 1024:
         return None
+    probe = DISTINCT_PROBE_ROWS
+    if n > 4 * probe:  # a first look at a slice: when it is mostly distinct, the whole table likely is too
+        head = _distinct_rows(frame.iloc[:probe])
+        if head is None or len(head[0]) > DISTINCT_BELOW * probe:
+            return None
     ignore = {"case", "measured", "source", "metric"}
     key = np.zeros(n, dtype=np.int64)
     radix = 1
@@ -666,9 +657,19 @@ def _constant(series: pd.Series) -> bool:
     return False
 
 
+class _NotIn:
+    """The names not among ``columns`` (``k in _NotIn(cols)`` is ``k not in cols``)."""
+
+    def __init__(self, columns: Collection[str]) -> None:
+        self.columns = set(columns)
+
+    def __contains__(self, key: object) -> bool:
+        return key not in self.columns
+
+
 def _evaluate(frame: pd.DataFrame, overrides: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
-    frame = frame.copy()
-    task = frame["task"].astype(str).str.strip().str.lower() if "task" in frame.columns else \
+    frame = frame.copy(deep=False)  # columns are replaced, never changed in place (copy-on-write)
+    task = _lower_names(frame["task"], _blank(frame["task"]), "") if "task" in frame.columns else \
         pd.Series("train", index=frame.index)
     bad = ~task.isin(("train", "infer", "serve", "nan", ""))
     if bad.any():
@@ -677,17 +678,18 @@ def _evaluate(frame: pd.DataFrame, overrides: dict[tuple[str, str], float] | Non
                          "not allowed; allowed: train, infer, serve")
     is_infer = (task == "infer").to_numpy()
     is_serve = (task == "serve").to_numpy()
+    missing = _NotIn(frame.columns)  # the inputs the frame leaves out are added beside the outputs
     parts = []
     if (~is_infer & ~is_serve).any():
-        parts.append((evaluate_train(frame.loc[~is_infer & ~is_serve], overrides=overrides, with_inputs=True),
+        parts.append((evaluate_train(frame.loc[~is_infer & ~is_serve], overrides=overrides, with_inputs=missing),
                       (*TRAIN_METRICS, "fits", "infeasible_reason")))
     if is_serve.any():
         from dse.cost.serving import SERVE_METRICS
 
-        parts.append((evaluate_serve(frame.loc[is_serve], overrides=overrides, with_inputs=True),
+        parts.append((evaluate_serve(frame.loc[is_serve], overrides=overrides, with_inputs=missing),
                       (*SERVE_METRICS, "limit", "fits", "infeasible_reason")))
     if is_infer.any():
-        parts.append((evaluate_infer(frame.loc[is_infer], overrides=overrides, with_inputs=True),
+        parts.append((evaluate_infer(frame.loc[is_infer], overrides=overrides, with_inputs=missing),
                       (*INFER_METRICS, "fits", "infeasible_reason")))
     result = frame
     output_columns = [c for _, cols in parts for c in cols]

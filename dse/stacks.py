@@ -32,6 +32,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dse import codes
+from dse.cells import arrow_text as _arrow_text
+from dse.cells import blank as _blank
+from dse.cells import is_categorical, to_float
+from dse.cells import lower_names as _lower_names
 
 #: Known stacks and what each names.
 STACKS: dict[str, str] = {
@@ -140,18 +144,6 @@ def profile(stack: str) -> dict[str, str]:
     return dict(zip(part["key"], part["value"], strict=True))
 
 
-def _blank(series: pd.Series) -> np.ndarray:
-    from dse.frame import _blank as blank  # one definition (imported late: dse.frame imports this module)
-
-    return blank(series)
-
-
-def _lower_names(raw: pd.Series, blank: np.ndarray, default: str) -> pd.Series:
-    from dse.frame import _lower_names as lower  # one definition (imported late, as _blank)
-
-    return lower(raw, blank, default)
-
-
 def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAIN_KNOBS, record: bool = True
                 ) -> tuple[pd.DataFrame, list[dict[str, object]]]:
     """Fill the empty knob cells of rows that name a stack from its profile (stated cells win).
@@ -169,11 +161,9 @@ def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAI
     # what was filled, per row, as a bit per knob: rows with the same stack, bits and vpp > 1 share one record
     bit_of: dict[str, int] = {}
     bits = np.zeros(len(frame), dtype=np.int64)
-    frame = frame.copy()
-    vpp = pd.to_numeric(frame["vpp"], errors="coerce").fillna(1.0).to_numpy() if "vpp" in frame.columns else \
+    frame = frame.copy(deep=False)  # columns are replaced, never changed in place (copy-on-write)
+    vpp = np.nan_to_num(to_float(frame["vpp"], _blank(frame["vpp"])), nan=1.0) if "vpp" in frame.columns else \
         np.ones(len(frame))
-    from dse.frame import _arrow_text  # imported late, as _blank
-
     n = len(frame)
     for stack in present:
         rows = (names == stack).to_numpy()
@@ -184,11 +174,28 @@ def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAI
             if not target.any():
                 continue
             per_vpp = np.where(vpp > 1, "1", "0") if value == "when_vpp" else None
-            text = _arrow_text(frame[key]) if key in frame.columns else pa.nulls(n, pa.string())
-            if text is not None:  # text cells (a case file): one Arrow select, no Python object per cell
+            present_column = frame[key] if key in frame.columns else None
+            numeric_value = per_vpp is not None or value.isdigit()
+            if present_column is not None and present_column.dtype.kind in "iufb" and numeric_value:
+                # numbers (a typed frame) stay numbers
+                vals = (vpp > 1).astype(np.float64) if per_vpp is not None else np.full(n, float(value))
+                frame[key] = pd.Series(np.where(target, vals, present_column.to_numpy(dtype=np.float64)),
+                                       index=frame.index)
+            elif present_column is None or is_categorical(present_column):
+                # a new column, or a factorized table's: a Categorical (no string per row)
+                old = [] if present_column is None else list(present_column.cat.categories)
+                categories = old + [v for v in (["0", "1"] if per_vpp is not None else [value]) if v not in old]
+                codes_now = np.full(n, -1, dtype=np.int64) if present_column is None else \
+                    np.asarray(present_column.cat.codes, dtype=np.int64)
+                fill_code = np.where(vpp > 1, categories.index("1"), categories.index("0")) if per_vpp is not None \
+                    else categories.index(value)
+                fill_codes = np.where(target, fill_code, codes_now).astype(np.int64)
+                frame[key] = pd.Series(pd.Categorical.from_codes(fill_codes, pd.Index(categories)), index=frame.index)
+            elif (text := _arrow_text(present_column)) is not None:
+                # text cells (a case file): one Arrow select, no Python object per cell
                 fill = (pa.scalar(value) if per_vpp is None else pa.array(per_vpp)).cast(text.type)
                 frame[key] = pd.Series(pc.if_else(pa.array(target), fill, text), dtype="str", index=frame.index)
-            else:  # numbers (a typed frame): the filled names go in beside them
+            else:  # numbers with a name to fill, or mixed cells: objects
                 vals = np.full(n, value, dtype=object) if per_vpp is None else per_vpp.astype(object)
                 column = frame[key].to_numpy(dtype=object).copy()
                 column[target] = vals[target]

@@ -95,3 +95,33 @@ def test_validate_names_why_a_case_is_skipped(tmp_path):
     assert by_case["fits"] is None
     assert by_case["wrong-metric"] == "metric 'ttft_s' does not belong to task 'train'"
     assert by_case["does-not-divide"] == "model gives no value: tp*pp*cp*dp != gpus"
+
+
+@pytest.mark.parametrize("typed", [False, True], ids=["text", "typed"])
+def test_mostly_distinct_rows_give_the_row_by_row_result(typed):
+    """Issue 24: a table of mostly distinct rows is evaluated with each text column as its distinct cells
+    (checked, parsed and looked up once per cell); its values, dtypes and column order are those of the plain
+    path, and a bad cell is still named by its first row."""
+    from dse.bench import distinct_table
+    from dse.cells import factorized
+
+    big = distinct_table(6000, typed=typed)
+    assert _distinct_rows(big) is None  # mostly distinct: the factorized path runs
+    assert any(isinstance(t, pd.CategoricalDtype) for t in factorized(big).dtypes)
+    fast = evaluate(big)
+    slow = _evaluate(big)
+    pd.testing.assert_frame_equal(fast, slow)
+    bad = big.astype({"tp": object})
+    bad.iloc[4321, bad.columns.get_loc("tp")] = "seven"
+    with pytest.raises(InputError, match=r"row index 4321.*column 'tp': value 'seven'"):
+        evaluate(bad)
+
+
+def test_stacks_does_not_import_frame():
+    """Issue 24: the import circle dse.frame <-> dse.stacks is gone (both read cells through dse.cells)."""
+    import ast
+
+    tree = ast.parse((Path(__file__).parents[1] / "dse" / "stacks.py").read_text(encoding="utf-8"))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert "dse.frame" not in imported and "dse.cells" in imported

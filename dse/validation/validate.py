@@ -167,7 +167,7 @@ def apply_assumptions(frame: pd.DataFrame, assumptions: Sequence[Assumption]) ->
             target[rows] = value
     filled_cols: dict[str, np.ndarray] = {}
     if wanted:
-        frame = frame.copy()  # the caller's frame is never changed
+        frame = frame.copy(deep=False)  # the caller's frame is never changed: columns are replaced
     for col, value in wanted.items():
         if col not in frame.columns:
             frame[col] = pd.Series([None] * len(frame), index=frame.index, dtype=object)
@@ -272,7 +272,7 @@ def _resolve_stacks(frame: pd.DataFrame) -> pd.DataFrame:
     unknown = [s for s in pd.unique(names) if s and nearest_stack(s)[1]]
     if not unknown:
         return frame
-    frame = frame.copy()
+    frame = frame.copy(deep=False)
     given = np.full(len(frame), None, dtype=object)
     skip = np.full(len(frame), None, dtype=object)
     stack = frame["stack"].to_numpy(dtype=object).copy()
