@@ -71,8 +71,13 @@ def random_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], np.nda
     x["layers_first_stage"] = np.full(n, np.nan)
     x["layers_last_stage"] = np.full(n, np.nan)
     x["doc_len"] = np.full(n, np.nan)
-    assert set(x) == set(TRAIN_INPUTS)
     systems = rng.integers(0, len(hwcat.system_names()), n)
+    # drawn after the system (the draws above unchanged): a quarter eager HF kernels, a quarter torch's 16-bit AdamW
+    x["kernels"] = rng.choice([0.0, 0.0, 0.0, 1.0], n)
+    x["optimizer"] = rng.choice([0.0, 0.0, 0.0, 1.0], n)
+    x["memory_report"] = rng.integers(0, 2, n).astype(np.float64)
+    x["adapter_precision"] = rng.integers(0, 2, n).astype(np.float64)
+    assert set(x) == set(TRAIN_INPUTS)
     # the kernel's working precision: the sweep engine decodes grids straight into it (values are small
     # integers and codes, exact in float32)
     return {k: v.astype(DTYPE) for k, v in x.items()}, systems

@@ -70,6 +70,24 @@ PIPELINE_SPLIT_EMBEDDING_LOSS = 1
 #: pick XQA).
 DECODE_KV_READS: tuple[str, ...] = ("per_kv_head", "per_query_head")
 
+#: How the framework runs a layer's small operations: fused kernels (Megatron-core / Transformer Engine: fused
+#: norms, bias-dropout-add, RoPE, softmax) or eager PyTorch modules (HF Transformers: each operation of RMSNorm,
+#: RoPE, the unfused softmax and the residual adds is its own kernel; see dse.cost.eager).
+KERNELS: tuple[str, ...] = ("fused", "eager")
+KERNELS_EAGER = 1
+#: What the optimizer keeps per parameter and how its step runs: mixed-precision Adam (fp32 master weights,
+#: momentum and variance, 12 bytes, ZeRO's K = 12; a fused multi-tensor step) or torch.optim.AdamW on a 16-bit
+#: model (momentum and variance in the parameters' dtype, 4 bytes; the foreach step with its full-size
+#: temporary; see dse.cost.memory.OPTIMIZER_LAYOUTS).
+OPTIMIZER: tuple[str, ...] = ("adam_mixed", "adam_16bit")
+OPTIMIZER_16BIT = 1
+#: The dtype of LoRA adapters: the base model's 16 bits, or fp32 (HF PEFT 2023 creates ``lora_A`` / ``lora_B`` as
+#: ``nn.Linear`` in the default float32 and moves them to the weight's device only).
+ADAPTER_PRECISION: tuple[str, ...] = ("16bit", "fp32")
+#: The unit a framework's memory report calls "GB": 10^9 bytes, or 2^30 (PyTorch's and DeepSpeed's memory
+#: printouts divide by 1024^3 and print "GB").
+MEMORY_REPORT: tuple[str, ...] = ("gb", "gib")
+
 #: Reasons a configuration has no answer.  Code 0 means feasible.  The order is the order of the checks:
 #: the first failing check is reported.
 REASONS: tuple[str, ...] = (
@@ -102,6 +120,7 @@ REASONS: tuple[str, ...] = (
     "exceeds_hbm",
     "overloaded",
     "prefill pool does not divide",
+    "host_memory_exceeded",
 )
 REASON_CODE: dict[str, int] = {r: i for i, r in enumerate(REASONS)}
 

@@ -19,6 +19,10 @@ CATEGORICAL_DEFAULTS: dict[str, str] = {
     "offload": "none",
     "zero3_fetch": "prefetch",
     "pipeline_split": "even",
+    "kernels": "fused",
+    "optimizer": "adam_mixed",
+    "memory_report": "gb",
+    "adapter_precision": "16bit",
 }
 #: Vocabulary of each categorical input.
 CATEGORICAL: dict[str, tuple[str, ...]] = {
@@ -32,6 +36,10 @@ CATEGORICAL: dict[str, tuple[str, ...]] = {
     "offload": codes.OFFLOAD,
     "zero3_fetch": codes.ZERO3_FETCH,
     "pipeline_split": codes.PIPELINE_SPLIT,
+    "kernels": codes.KERNELS,
+    "optimizer": codes.OPTIMIZER,
+    "memory_report": codes.MEMORY_REPORT,
+    "adapter_precision": codes.ADAPTER_PRECISION,
 }
 
 #: The defaults, as documented in the README ("Inputs, defaults and optional knobs").
@@ -65,6 +73,10 @@ DEFAULTS_DOC: dict[str, str] = {
     "pipeline_split": "even (layers % (pp·vpp) == 0)",
     "layers_first_stage, layers_last_stage": "empty (from pipeline_split)",
     "doc_len": "empty (one document per sequence: attention over seq_len)",
+    "kernels": "fused (Megatron-core / Transformer Engine kernels)",
+    "optimizer": "adam_mixed (fp32 master weights, momentum and variance)",
+    "memory_report": "gb (peak_memory_gb in 10^9 bytes)",
+    "adapter_precision": "16bit (LoRA adapters in the model's 16-bit dtype)",
 }
 
 

@@ -33,7 +33,8 @@ TRAIN_COLUMNS = ("sp", "micro_batch", "global_batch", "seq_len", "recompute", "z
 #: Knobs of this model that the reference schema does not have; a table may add them as columns.
 OPTIONAL_KNOBS = ("attention", "tp_overlap", "dp_overlap", "pp_overlap", "tied_embeddings", "lora_targets", "offload",
                   "decode_kv_reads", "prefill_gpus", "prefill_tp",
-                  "zero3_fetch", "pipeline_split", "layers_first_stage", "layers_last_stage", "doc_len")
+                  "zero3_fetch", "pipeline_split", "layers_first_stage", "layers_last_stage", "doc_len",
+                  "kernels", "optimizer", "memory_report", "adapter_precision")
 
 #: Integer columns: (minimum allowed value).
 INTEGER_MIN: dict[str, int] = {

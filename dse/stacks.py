@@ -68,7 +68,8 @@ STACKS: dict[str, str] = {
 TRAIN_KNOBS: dict[str, tuple[str, ...]] = {
     "attention": codes.ATTENTION, "tp_overlap": codes.TP_OVERLAP, "recompute": codes.RECOMPUTE,
     "dp_overlap": ("0", "1"), "pp_overlap": ("0", "1"), "sp": ("0", "1"), "zero": ("0", "1", "2", "3"),
-    "zero3_fetch": codes.ZERO3_FETCH,
+    "zero3_fetch": codes.ZERO3_FETCH, "kernels": codes.KERNELS, "optimizer": codes.OPTIMIZER,
+    "memory_report": codes.MEMORY_REPORT, "adapter_precision": codes.ADAPTER_PRECISION,
 }
 #: Settings recorded for the reader (no term in the model) and serving-engine settings.
 RECORDED: dict[str, str] = {"fp8_recipe": "text", "cuda_graphs": "0 or 1"}
@@ -77,6 +78,16 @@ SERVE_KNOBS: dict[str, str] = {"decode_kv_reads": "per_kv_head or per_query_head
                                "kv_memory_fraction": "number in (0, 1]", "kv_block_tokens": "integer",
                                "chunked_prefill": "0 or 1"}
 SPECIAL = ("auto", "when_vpp")
+
+
+def per_zero(value: str, zero: np.ndarray) -> np.ndarray | None:
+    """The value of a per-ZeRO-stage setting (``a/b/c/d``: stages 0, 1, 2, 3) at each row's ``zero`` stage (NaN:
+    the default stage 1), as strings; None for a plain value."""
+    parts = value.split("/")
+    if len(parts) == 1:
+        return None
+    stage = np.where(np.isnan(zero), 1.0, zero).astype(np.int64).clip(0, 3)
+    return np.asarray(parts, dtype=object)[stage]
 
 
 def stack_names() -> tuple[str, ...]:
@@ -122,8 +133,11 @@ def profiles() -> pd.DataFrame:
             raise ValueError(f"{where}: unknown stack {row['stack']!r}")
         key, value = row["key"], row["value"]
         if key in TRAIN_KNOBS:
-            if value not in TRAIN_KNOBS[key] and value not in SPECIAL:
-                raise ValueError(f"{where}: {key} = {value!r}; allowed: {', '.join(TRAIN_KNOBS[key] + SPECIAL)}")
+            parts = value.split("/")
+            if len(parts) not in (1, 4) or any(v not in TRAIN_KNOBS[key] and (v not in SPECIAL or len(parts) > 1)
+                                               for v in parts):
+                raise ValueError(f"{where}: {key} = {value!r}; allowed: {', '.join(TRAIN_KNOBS[key] + SPECIAL)}, or "
+                                 "four of the values joined by '/' (one per ZeRO stage 0/1/2/3)")
         elif key == "decode_kv_reads":
             if value not in codes.DECODE_KV_READS:
                 raise ValueError(f"{where}: {key} = {value!r}; allowed: {', '.join(codes.DECODE_KV_READS)}")
@@ -173,30 +187,34 @@ def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAI
             target = rows & (_blank(frame[key]) if key in frame.columns else True)
             if not target.any():
                 continue
-            per_vpp = np.where(vpp > 1, "1", "0") if value == "when_vpp" else None
+            # a value per row (when_vpp, or one per ZeRO stage), or one value for every row
+            per_row = np.where(vpp > 1, "1", "0").astype(object) if value == "when_vpp" else per_zero(
+                value, _zero_stage(frame))
+            values = [value] if per_row is None else sorted(set(per_row[target].tolist()))
             present_column = frame[key] if key in frame.columns else None
-            numeric_value = per_vpp is not None or value.isdigit()
-            if present_column is not None and present_column.dtype.kind in "iufb" and numeric_value:
+            if present_column is not None and present_column.dtype.kind in "iufb" and all(v.isdigit()
+                                                                                            for v in values):
                 # numbers (a typed frame) stay numbers
-                vals = (vpp > 1).astype(np.float64) if per_vpp is not None else np.full(n, float(value))
+                vals = np.full(n, float(value)) if per_row is None else per_row.astype(np.float64)
                 frame[key] = pd.Series(np.where(target, vals, present_column.to_numpy(dtype=np.float64)),
                                        index=frame.index)
             elif present_column is None or is_categorical(present_column):
                 # a new column, or a factorized table's: a Categorical (no string per row)
-                old = [] if present_column is None else list(present_column.cat.categories)
-                categories = old + [v for v in (["0", "1"] if per_vpp is not None else [value]) if v not in old]
+                old: list[str] = [] if present_column is None else [str(c) for c in present_column.cat.categories]
+                categories: list[str] = old + [v for v in values if v not in old]
                 codes_now = np.full(n, -1, dtype=np.int64) if present_column is None else \
                     np.asarray(present_column.cat.codes, dtype=np.int64)
-                fill_code = np.where(vpp > 1, categories.index("1"), categories.index("0")) if per_vpp is not None \
-                    else categories.index(value)
+                lookup = {v: i for i, v in enumerate(categories)}
+                fill_code = lookup[value] if per_row is None else pd.Series(per_row).map(lookup).fillna(-1).to_numpy(
+                    dtype=np.int64)
                 fill_codes = np.where(target, fill_code, codes_now).astype(np.int64)
                 frame[key] = pd.Series(pd.Categorical.from_codes(fill_codes, pd.Index(categories)), index=frame.index)
             elif (text := _arrow_text(present_column)) is not None:
                 # text cells (a case file): one Arrow select, no Python object per cell
-                fill = (pa.scalar(value) if per_vpp is None else pa.array(per_vpp)).cast(text.type)
+                fill = (pa.scalar(value) if per_row is None else pa.array(per_row.astype(str))).cast(text.type)
                 frame[key] = pd.Series(pc.if_else(pa.array(target), fill, text), dtype="str", index=frame.index)
             else:  # numbers with a name to fill, or mixed cells: objects
-                vals = np.full(n, value, dtype=object) if per_vpp is None else per_vpp.astype(object)
+                vals = np.full(n, value, dtype=object) if per_row is None else per_row
                 column = frame[key].to_numpy(dtype=object).copy()
                 column[target] = vals[target]
                 frame[key] = pd.Series(column, index=frame.index, dtype=object)  # no per-cell string inference
@@ -204,29 +222,41 @@ def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAI
                 bits[target] |= np.int64(1) << bit_of.setdefault(key, len(bit_of))
     if record and bits.any():
         name_code, name_values = pd.factorize(names.to_numpy(dtype=object))
-        combo_key = (name_code.astype(np.int64) << 40) | (bits << 1) | (vpp > 1)
+        stage = np.where(np.isnan(zero_now := _zero_stage(frame)), 1.0, zero_now).astype(np.int64).clip(0, 3)
+        combo_key = (name_code.astype(np.int64) << 40) | (bits << 3) | (stage << 1) | (vpp > 1)
         combos, group = np.unique(combo_key, return_inverse=True)
         group = group.reshape(-1)
         records: list[dict[str, object]] = []
         for combo in combos.tolist():
-            stack, mask, interleaved = str(name_values[combo >> 40]), (combo >> 1) & (2**39 - 1), combo & 1
+            stack, mask, zero, interleaved = (str(name_values[combo >> 40]), (combo >> 3) & (2**37 - 1),
+                                              (combo >> 1) & 3, combo & 1)
             prof = profile(stack) if stack else {}
-            records.append({knob: (("1" if interleaved else "0") if prof[knob] == "when_vpp" else prof[knob])
+            records.append({knob: (("1" if interleaved else "0") if prof[knob] == "when_vpp"
+                                   else prof[knob].split("/")[zero] if "/" in prof[knob] else prof[knob])
                             for knob, bit in bit_of.items() if mask >> bit & 1})
         filled = [records[g] if records[g] else empty for g in group]
     return frame, filled
 
 
+def _zero_stage(frame: pd.DataFrame) -> np.ndarray:
+    """Each row's ZeRO stage as a number (NaN where empty)."""
+    if "zero" not in frame.columns:
+        return np.full(len(frame), np.nan)
+    return to_float(frame["zero"], _blank(frame["zero"]))
+
+
 def knob_tables(names: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """For sweeps: per training knob, the value each stack code (index into ``names``) sets, as a float code
-    (NaN: leave the default; -1: ``when_vpp``).  ``names`` is the spec's stack vocabulary."""
+    """For sweeps: per training knob, the value each stack code (row: index into ``names``) sets at each ZeRO
+    stage (column 0..3), as a float code (NaN: leave the default; -1: ``when_vpp``).  ``names`` is the spec's
+    stack vocabulary."""
     out: dict[str, np.ndarray] = {}
     for key, vocab in TRAIN_KNOBS.items():
-        arr = np.full(len(names), np.nan)
+        arr = np.full((len(names), 4), np.nan)
         for i, stack in enumerate(names):
             value = profile(stack).get(key)
             if value is None or value == "auto":
                 continue
-            arr[i] = -1.0 if value == "when_vpp" else float(vocab.index(value))
+            parts = value.split("/") if "/" in value else [value] * 4
+            arr[i] = [-1.0 if v == "when_vpp" else float(vocab.index(v)) for v in parts]
         out[key] = arr
     return out

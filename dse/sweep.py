@@ -27,7 +27,8 @@ from dse.stacks import knob_tables, stack_names
 INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "micro_batch",
                  "global_batch", "seq_len", "recompute", "zero", "precision", "attention", "tp_overlap",
                  "dp_overlap", "pp_overlap", "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch",
-                 "pipeline_split", "layers_first_stage", "layers_last_stage", "doc_len", "stack")
+                 "pipeline_split", "layers_first_stage", "layers_last_stage", "doc_len", "kernels", "optimizer",
+                 "memory_report", "adapter_precision", "stack")
 INFER_INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "batch", "input_len", "output_len",
                        "precision", "kv_precision")
 SMALL_INT_COLUMNS = ("sp", "zero", "dp_overlap", "pp_overlap")
@@ -157,10 +158,13 @@ def _fill_from_stack(x: dict[str, np.ndarray], stack: np.ndarray) -> None:
     tables = knob_tables(stack_names())
     has = ~np.isnan(stack)
     code = np.where(has, stack, 0).astype(np.int64)
+    if "zero" in tables:  # the stage first: other settings may depend on it (one value per ZeRO stage)
+        tables = {"zero": tables["zero"], **tables}
     for key, table in tables.items():
         if key not in x:
             continue
-        value = np.where(has, table[code], np.nan)
+        stage = np.where(np.isnan(x["zero"]), 1.0, x["zero"]).astype(np.int64).clip(0, 3)
+        value = np.where(has, table[code, stage], np.nan)
         value = np.where(value == -1.0, (x["vpp"] > 1).astype(np.float64), value)  # when_vpp
         x[key] = np.where(np.isnan(x[key]), value, x[key]).astype(x[key].dtype)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dse.hardware.catalog import efficiency
 from dse.validation.fit import (
+    COMMODITY_FILES,
+    COMMODITY_PARAMETERS,
     INFERENCE_FILES,
     INFERENCE_PARAMETERS,
     SERVING_FILES,
@@ -16,11 +17,12 @@ from dse.validation.fit import (
     default_assumptions_path,
     log_error_objective,
     nelder_mead,
+    shipped_value,
 )
 from dse.validation.validate import load_assumptions
 
 GROUPS = {"training": (TRAINING_FILES, TRAINING_PARAMETERS), "inference": (INFERENCE_FILES, INFERENCE_PARAMETERS),
-          "serving": (SERVING_FILES, SERVING_PARAMETERS)}
+          "serving": (SERVING_FILES, SERVING_PARAMETERS), "commodity": (COMMODITY_FILES, COMMODITY_PARAMETERS)}
 
 
 @pytest.mark.parametrize("group", list(GROUPS))
@@ -29,8 +31,7 @@ def test_shipped_constants_are_the_fit_optimum(ref, group):
     ones `python -m dse.validation.fit` finds (rounded), not hand-tuned."""
     files, params = GROUPS[group]
     objective = log_error_objective([ref / f for f in files], load_assumptions(default_assumptions_path()), params)
-    eff = efficiency()
-    x0 = np.array([float(eff.loc[g, c]) for g, c in params])
+    x0 = np.array([shipped_value(g, c) for g, c in params])
     f0 = objective(x0)
     for i, (gen, col) in enumerate(params):
         for factor in (0.98, 1.02):

@@ -68,10 +68,13 @@ QLORA_WEIGHT_BYTES = 4.127 / 8.0
 #: Dequantizing a QLoRA weight before its GEMM reads its 4-bit form and writes a 16-bit copy: bytes per weight
 #: and use (forward, backward input-gradient, recomputed forward).
 QLORA_DEQUANT_BYTES = QLORA_WEIGHT_BYTES + 2.0
+#: The fraction of the HBM rate bitsandbytes' NF4 dequantization reaches (bitsandbytes 0.40-0.41, 2023: one
+#: dequantize kernel per weight and use, then a 16-bit GEMM).  No kernel benchmark was found (QLoRA's author:
+#: "4-bit QLoRA training speed is roughly on par with 16-bit LoRA", artidoro/qlora issue 107; a user: "the time
+#: cost of QLoRa is five times that of LoRa", allenai/open-instruct issue 109).  FITTED on shared/reference
+#: (zhang2023_train_bs1_lora7b.csv, the QLoRA rows) by python -m dse.validation.fit.
+QLORA_DEQUANT_EFFICIENCY = 0.0894
 
-#: CPU memory bandwidth available to one GPU's offloaded Adam step.  ASSUMPTION (not sourced): a two-socket
-#: server's ~200 GB/s DDR bandwidth shared by 8 GPUs, 25 GB/s.
-HOST_OPTIMIZER_BYTES_PER_S = 25.0e9
 
 # ---- ring collectives: start-up latency (NCCL's tuning model) ---------------------------------------------
 #: NCCL 2.x ``src/graph/tuning.h`` (the Ampere-era model, 2020-21): ``baseLat`` Ring/Simple 8.4 µs and ``hwLat``
@@ -87,3 +90,29 @@ NCCL_RING_HOP_SCALEOUT_S = 9.6e-6
 #: Megatron-FSDP): one per layer (each transformer block is one unit).
 ZERO3_COLLECTIVES_PER_LAYER_ON_DEMAND = 12.0
 ZERO3_COLLECTIVES_PER_LAYER_PREFETCH = 1.0
+#: DeepSpeed keeps a parameter whole on every rank below stage3_param_persistence_threshold elements (1e5, the
+#: code default: deepspeed/runtime/zero/config.py v0.9-0.12): a LoRA adapter of rank r on a width-h layer (r·h
+#: elements) above it is partitioned and fetched like a weight.
+ZERO3_PERSISTENCE_THRESHOLD = 1.0e5
+#: What fetching one parameter on demand costs DeepSpeed besides the collective (the partitioned-parameter
+#: coordinator's Python hooks, the all-gather's launch and the wait before the submodule runs).  FITTED on
+#: shared/reference (zhang2023_train_bs1_lora7b.csv, the A800 ZeRO-3 rows) by python -m dse.validation.fit.
+ZERO3_FETCH_OVERHEAD_S = 159e-6
+
+# ---- eager PyTorch (HF Transformers modules; kernels = eager, dse.cost.eager) ------------------------------
+#: Fixed time of one small kernel of an eager PyTorch layer besides the bytes it moves (launch, ramp and tail;
+#: a CUDA kernel launch alone costs "about 4-6 us", pegainfer blog; the NVIDIA CUDA Graphs blog measured ~3.8 us
+#: per back-to-back kernel on V100).  FITTED on shared/reference (zhang2023_train_bs1_lora7b.csv with the module
+#: profile of zhang2023_module_profiles.md) by python -m dse.validation.fit.
+EAGER_KERNEL_S = 16.8e-6
+#: The unfused attention's batched matmuls (QKᵀ, PV; 2·b·a·s²·d FLOPs each, head_dim 128) reach only this fraction
+#: of the 16-bit tensor peak: Zhang et al. 2023 Table VI profiles them at 4.32 + 2.21 ms for 2 × 64 GFLOP on the
+#: A800 (batch 2, sequence 350, 32 layers), 19.6 TFLOP/s of 312 (zhang2023_module_profiles.md).
+EAGER_BMM_EFFICIENCY = 128.5e9 / (6.53e-3 * 312e12)
+#: torch.optim.AdamW (foreach) on 16-bit parameters, bytes per parameter of its step (torch/optim/adamw.py
+#: _multi_tensor_adamw): weight decay ``_foreach_mul_`` r2 w2, ``_foreach_lerp_`` of the momentum r2 r2 w2,
+#: ``_foreach_mul_`` + ``_foreach_addcmul_`` of the variance r2 w2 + r2 r2 w2, ``_foreach_sqrt`` r2 w2 into a
+#: full-size temporary, ``_foreach_div_`` and ``_foreach_add_`` on it r2 w2 each, ``_foreach_addcdiv_`` of the
+#: parameter r2 r2 r2 w2 (40), plus the trainer's gradient clipping (``clip_grad_norm_``: the norm r2, the scaling
+#: r2 w2; 6).
+ADAM_16BIT_BYTES_PER_PARAM = 46.0

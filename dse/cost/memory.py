@@ -33,9 +33,20 @@ def gradient_bytes(params: Array, dp_shards: Array, zero: Array) -> Array:
     return GRAD_BYTES * params / (1.0 + (zero >= 2) * (dp_shards - 1.0))
 
 
-def optimizer_bytes(params: Array, dp_shards: Array, zero: Array) -> Array:
-    """Mixed-precision Adam states, sharded at ZeRO ≥ 1: 12Ψ / (N_d if zero ≥ 1)."""
-    return OPTIMIZER_BYTES * params / (1.0 + (zero >= 1) * (dp_shards - 1.0))
+#: Bytes per parameter the optimizer keeps, by :data:`dse.codes.OPTIMIZER` code: mixed-precision Adam's fp32 master
+#: weight, momentum and variance (12, ZeRO §3.1); torch.optim.AdamW on a 16-bit model keeps momentum and variance
+#: in the parameters' dtype (``torch.zeros_like(p)``) and no master copy (4).
+OPTIMIZER_STATE_BYTES = (OPTIMIZER_BYTES, 4.0)
+#: Temporaries of the step per updated parameter: none for a fused step; torch's foreach AdamW allocates
+#: ``exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)``, one 16-bit copy of every variance (2); the step's peak
+#: is then weights + gradients + states + this.
+OPTIMIZER_TEMP_BYTES = (0.0, 2.0)
+
+
+def optimizer_bytes(params: Array, dp_shards: Array, zero: Array, state_bytes: Array = OPTIMIZER_BYTES) -> Array:
+    """Optimizer states, sharded at ZeRO ≥ 1: KΨ / (N_d if zero ≥ 1), K = ``state_bytes`` (12 for mixed-precision
+    Adam)."""
+    return state_bytes * params / (1.0 + (zero >= 1) * (dp_shards - 1.0))
 
 
 def layer_activation_terms(

@@ -30,7 +30,19 @@ import numpy as np
 from dse import codes
 from dse.cost import constants as K
 from dse.cost.compute import gemm_bytes, gemm_flops, matmul_rates, operand_bytes, roofline_time
+from dse.cost.eager import (
+    PEFT_ADAPTER_BYTES,
+    adapted_modules,
+    adapted_outputs,
+    eager_bmm_time,
+    eager_elementwise_bytes,
+    eager_kernels,
+    eager_score_bytes,
+)
+from dse.cost.host import cpu_adam_time, host_state_bytes, offload_gradient_bytes, offload_parameter_bytes
 from dse.cost.memory import (
+    OPTIMIZER_STATE_BYTES,
+    OPTIMIZER_TEMP_BYTES,
     gradient_bytes,
     layer_activation_terms,
     logits_bytes,
@@ -82,7 +94,7 @@ TRAIN_INPUTS: tuple[str, ...] = (
     "tied_embeddings", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "micro_batch", "global_batch",
     "seq_len", "recompute", "zero", "precision", "attention", "tp_overlap", "dp_overlap", "pp_overlap",
     "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch", "pipeline_split", "layers_first_stage",
-    "layers_last_stage", "doc_len",
+    "layers_last_stage", "doc_len", "kernels", "optimizer", "memory_report", "adapter_precision",
 )
 
 #: Metric outputs (NaN on configurations that do not divide).
@@ -95,7 +107,14 @@ TRAIN_METRICS: tuple[str, ...] = (
     "time_pp_comm_s", "time_bubble_s", "time_dp_comm_s", "time_optimizer_s", "time_offload_s",
     "params_total", "params_per_gpu", "params_trainable", "energy_per_step_j", "energy_per_token_j",
     "mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes",
-    "mem_buffers_bytes", "mem_total_bytes", "peak_memory_gb",
+    "mem_buffers_bytes", "mem_step_extra_bytes", "mem_total_bytes", "peak_memory_gb",
+)
+
+#: Outputs that do not depend on time: what the GPU holds (kept on ``host_memory_exceeded`` rows).
+MEMORY_OUTPUTS: tuple[str, ...] = (
+    "params_total", "params_per_gpu", "params_trainable", "mem_weights_bytes", "mem_grads_bytes",
+    "mem_optimizer_bytes", "mem_activations_bytes", "mem_buffers_bytes", "mem_step_extra_bytes", "mem_total_bytes",
+    "peak_memory_gb",
 )
 
 #: Components whose sum is ``step_time_s`` exactly.
@@ -113,7 +132,7 @@ LAYER_BREAKDOWN: tuple[str, ...] = (
 #: Components whose sum is ``mem_total_bytes`` exactly (for the peak stage).
 MEMORY_BREAKDOWN: tuple[str, ...] = (
     "mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes",
-    "mem_buffers_bytes",
+    "mem_buffers_bytes", "mem_step_extra_bytes",
 )
 
 
@@ -149,17 +168,26 @@ def train_step(inputs: Mapping[str, object], hw: Mapping[str, object],
                 out[k][idx] = sub[k]
             exceeds = np.zeros(ok.size, dtype=bool)
             exceeds[idx] = ~sub["fits"]
+            host_exceeds = np.zeros(ok.size, dtype=bool)
+            host_exceeds[idx] = ~sub["host_fits"]
         elif n_ok == ok.size:  # every row divides: the kernel's values as they are
             full = _train_step(cols)
             out = {k: full[k].astype(out_dtype, copy=False) for k in TRAIN_METRICS}
             exceeds = ~full["fits"]
+            host_exceeds = np.broadcast_to(~full["host_fits"], ok.shape)
         else:
             full = _train_step(cols)
             nan_mask = np.where(ok, 0.0, np.nan).astype(DTYPE)  # one select; metrics get NaN by an addition
             out = {k: (full[k] + nan_mask).astype(out_dtype, copy=False) for k in TRAIN_METRICS}
             exceeds = ok & ~full["fits"]
+            host_exceeds = ok & ~full["host_fits"]
+    host_exceeds = host_exceeds & ~exceeds  # the GPU's memory is named first
+    if host_exceeds.any():  # swapping host memory: no time is modelled (a reason, not a number); memory stays
+        out = {k: v if k in MEMORY_OUTPUTS else np.where(host_exceeds, np.nan, v).astype(v.dtype, copy=False)
+               for k, v in out.items()}
     result: dict[str, Array] = {k: v.reshape(shape) for k, v in out.items()}
-    result["fits"] = (ok & ~exceeds).reshape(shape)
+    result["fits"] = (ok & ~exceeds & ~host_exceeds).reshape(shape)
+    reason = np.where(host_exceeds, codes.REASON_CODE["host_memory_exceeded"], reason)
     result["reason"] = np.where(exceeds, codes.REASON_CODE["exceeds_hbm"], reason).astype(np.int16).reshape(shape)
     return result
 
@@ -206,6 +234,12 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     peft = (x["finetune"] >= codes.FINETUNE_LORA).astype(f64)  # adapters on frozen weights
     qlora = (x["finetune"] == codes.FINETUNE_QLORA).astype(f64)
     prefetch = (x["zero3_fetch"] == 0).astype(f64)
+    adam16 = (x["optimizer"] == codes.OPTIMIZER_16BIT).astype(f64)
+    # bytes of a trainable parameter over 2: fp32 LoRA adapters (adapter_precision) hold, send and update twice
+    # the bytes of 16-bit ones
+    tw = 1.0 + peft * (x["adapter_precision"] >= 1).astype(f64)
+    eager = (x["kernels"] == codes.KERNELS_EAGER).astype(f64)
+    gib = (x["memory_report"] >= 1).astype(f64)
     off_opt = (x["offload"] >= 1).astype(f64)
     off_all = (x["offload"] >= 2).astype(f64)
     # Whole-batch switches: the fine-tuning and offload terms are computed only when some row of this call
@@ -213,6 +247,7 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     # 0 everywhere changes no value; it saves a quarter of the kernel's time on pre-training sweeps).
     any_peft, any_qlora = bool(peft.any()), bool(qlora.any())
     any_offload, any_stream = bool(off_opt.any()), bool(off_all.any())
+    any_eager = bool(eager.any())
 
     # ---- shapes -----------------------------------------------------------------------------------------
     kk = 1.0 + moe * (topk - 1.0)  # expert visits per token
@@ -256,7 +291,8 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
         if any_qlora:
             p_base_layer = (h * (2.0 * h + 2.0 * kvw) + (1.0 + moe * (E / e - 1.0)) * expert_params(h, f, mlp)) \
                 / t + moe * h * E
-            dequant = qlora * K.QLORA_DEQUANT_BYTES * p_base_layer / mem_rate  # per use of the weights
+            # per use of the weights, at the dequantization kernel's fraction of the HBM rate
+            dequant = qlora * K.QLORA_DEQUANT_BYTES * p_base_layer / (mem_rate * K.QLORA_DEQUANT_EFFICIENCY)
         gemm_bwd = pick(peft, gemm_fwd + 2.0 * adapter_fwd + dequant, 2.0 * gemm_fwd)
         wgrad = pick(peft, 2.0 * adapter_fwd, gemm_fwd)
         gemm_fwd = gemm_fwd + adapter_fwd + dequant
@@ -272,6 +308,10 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     scores = b * (a / t) * s * s
     std_fwd = 4.0 * b * s * s * h / t / rate16 + K.STANDARD_ATTENTION_FWD_BYTES * scores / mem_rate
     std_bwd = 8.0 * b * s * s * h / t / rate16 + K.STANDARD_ATTENTION_BWD_BYTES * scores / mem_rate
+    if any_eager:  # HF's unfused attention: two batched matmuls at their own rate and the eager softmax chain
+        bmm = eager_bmm_time(b, a / t, s, h / a, hw["tensor_fp16_flops"] * K.EAGER_BMM_EFFICIENCY)
+        std_fwd = pick(eager, bmm + eager_score_bytes(scores, backward=False) / mem_rate, std_fwd)
+        std_bwd = pick(eager, 2.0 * bmm + eager_score_bytes(scores, backward=True) / mem_rate, std_bwd)
     attn_fwd = pick(standard, std_fwd, flash_fwd)
     attn_bwd = pick(standard, std_bwd, K.FLASH_BACKWARD_FLOP_RATIO * flash_fwd)
 
@@ -286,6 +326,18 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     cast_bwd = cast * T * (n_qkv + 2.0 * h + kk * n_fc1)
     ew_fwd = (K.RESIDUAL_FWD_BYTES * resid + act_fwd_bytes * act_elems + cast_fwd) / mem_rate
     ew_bwd = (K.RESIDUAL_BWD_BYTES * resid + act_bwd_bytes * act_elems + cast_bwd) / mem_rate
+    if any_eager:  # eager PyTorch modules: every operation its own kernel (dse.cost.eager)
+        qk = T * (h + kvw) / t
+        adapted = peft * adapted_modules(x["lora_targets"], n_mlp)
+        adapter_out = peft * adapted_outputs(x["lora_targets"], h, kvw, f, n_mlp) * T / t
+        eager_fwd = ((eager_elementwise_bytes(resid, 1.0, qk / resid, act_elems, swiglu, backward=False)
+                      + PEFT_ADAPTER_BYTES[0] * adapter_out) / mem_rate
+                     + eager_kernels(standard, adapted, backward=False) * K.EAGER_KERNEL_S)
+        eager_bwd = ((eager_elementwise_bytes(resid, 1.0, qk / resid, act_elems, swiglu, backward=True)
+                      + PEFT_ADAPTER_BYTES[1] * adapter_out) / mem_rate
+                     + eager_kernels(standard, adapted, backward=True) * K.EAGER_KERNEL_S)
+        ew_fwd = pick(eager, eager_fwd, ew_fwd)
+        ew_bwd = pick(eager, eager_bwd, ew_bwd)
 
     fwd_compute = gemm_fwd + attn_fwd + ew_fwd
     bwd_compute = gemm_bwd + attn_bwd + ew_bwd
@@ -374,10 +426,10 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
         p_train = pick(peft, p_adapters, p_stage)
         p_dense_train = pick(peft, p_adapters, p_dense)
         p_expert_train = (1.0 - peft) * p_expert
-        weight_stage_bytes = 2.0 * p_stage + peft * 2.0 * p_adapters
+        weight_stage_bytes = 2.0 * p_stage + peft * 2.0 * tw * p_adapters
         if any_qlora:
             weight_stage_bytes = pick(qlora, K.QLORA_WEIGHT_BYTES * lpm * p_layer + 2.0 * (p_stage - lpm * p_layer),
-                                      2.0 * p_stage) + peft * 2.0 * p_adapters
+                                      2.0 * p_stage) + peft * 2.0 * tw * p_adapters
     else:
         p_train, p_dense_train, p_expert_train = p_stage, p_dense, p_expert
         weight_stage_bytes = 2.0 * p_stage
@@ -387,20 +439,20 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     edp = dpc / e
     dense_links = group_links(t, dpc, hw)
     expert_links = group_links(t * e, edp, hw)  # expert-data-parallel ranks: dp·cp/ep, skipping the ep ranks
-    g_dense, g_expert = GRAD_COMM_BYTES * p_dense_train, GRAD_COMM_BYTES * p_expert_train
+    g_dense, g_expert = GRAD_COMM_BYTES * tw * p_dense_train, GRAD_COMM_BYTES * p_expert_train
     grad_sync = pick(
         z1,
         reduce_scatter_time(g_dense, dpc, dense_links) + reduce_scatter_time(g_expert, edp, expert_links),
         allreduce_time(g_dense, dpc, dense_links) + allreduce_time(g_expert, edp, expert_links),
     )
-    param_gather = z1 * (allgather_time(2.0 * p_dense_train, dpc, dense_links)
+    param_gather = z1 * (allgather_time(2.0 * tw * p_dense_train, dpc, dense_links)
                          + allgather_time(2.0 * p_expert_train, edp, expert_links))
     # ZeRO-3 gathers every held weight (trainable or frozen) for each micro-batch's forward and backward
     weight_gather = z3 * allgather_time(weight_stage_bytes, dpc, dense_links)
     bwd_window = lps * (bwd_compute + recompute)
     fwd_window = lps * fwd_compute
     opt_params = p_train / (1.0 + z1 * (dpc - 1.0))
-    t_opt_gpu = opt_params * K.ADAM_BYTES_PER_PARAM / mem_rate
+    t_opt_gpu = opt_params * pick(adam16, tw * K.ADAM_16BIT_BYTES_PER_PARAM, K.ADAM_BYTES_PER_PARAM) / mem_rate
 
     # ---- CPU offload (ZeRO-Offload, Ren et al. 2021; ZeRO-Infinity, Rajbhandari et al. 2021) --------------
     # optimizer: gradients go to the CPU under the last backward, the CPU runs Adam, updated 16-bit weights
@@ -421,7 +473,13 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     # each pass issues one ring collective per parameter tensor (on_demand) or per layer (prefetch), and the
     # backward as many gradient reduce-scatters: their start-up latency grows with the ranks (NCCL's model)
     per_layer = pick(prefetch, K.ZERO3_COLLECTIVES_PER_LAYER_PREFETCH, K.ZERO3_COLLECTIVES_PER_LAYER_ON_DEMAND)
-    z3_latency = z3 * (passes + 1.0) * per_layer * lps * ring_latency(t, dpc, D)
+    if any_peft:  # on demand, LoRA adapters above the persistence threshold are fetched one by one too
+        kept = mask(x["lora_rank"] * h < K.ZERO3_PERSISTENCE_THRESHOLD, h)
+        per_layer = per_layer + (1.0 - prefetch) * peft * (1.0 - kept) * 2.0 * adapted_modules(x["lora_targets"],
+                                                                                              n_mlp)
+    # each fetch also pays the framework's own cost on demand (DeepSpeed's partitioned-parameter coordinator)
+    fetch_latency = ring_latency(t, dpc, D) + (1.0 - prefetch) * K.ZERO3_FETCH_OVERHEAD_S
+    z3_latency = z3 * (passes + 1.0) * per_layer * lps * fetch_latency
     gathers = passes * weight_gather + z3_latency
     # ZeRO-3 weight gathers hide under compute only when prefetched (zero3_fetch = prefetch); fetched on demand
     # (DeepSpeed 2021: each submodule's all-gather is waited for before it runs) they are serial.
@@ -439,13 +497,17 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     serial_dp = (1.0 - dp_overlap) * (grad_sync + z12 * param_gather) + (1.0 - dp_overlap * prefetch) * m * gathers
     hidden_dp = exposed(0.0, 0.0)
     dp_exposed = serial_dp + hidden_dp
+    host_state = 0.0 * t_opt_gpu
     if any_offload:
-        d2h = off_opt * GRAD_COMM_BYTES * opt_params / host
-        h2d = off_opt * 2.0 * opt_params / host
-        cpu_adam = off_opt * opt_params * K.ADAM_BYTES_PER_PARAM / K.HOST_OPTIMIZER_BYTES_PER_S
-        stream = off_all * 2.0 * weight_stage_bytes / host  # forward and backward of one micro-batch
+        d2h = off_opt * offload_gradient_bytes(opt_params) / host
+        h2d = off_opt * offload_parameter_bytes(opt_params) / host
+        cpu_adam = off_opt * cpu_adam_time(opt_params, hw["cpu_adam_rate"])
+        # offload all: each micro-batch's forward and backward read the weights from the host (ZeRO-3: the rank's
+        # own partition, then the all-gather above; without ZeRO-3 the whole stage's weights)
+        stream = off_all * 2.0 * weight_stage_bytes / (1.0 + z3 * (dpc - 1.0)) / host
         offload = cpu_adam + h2d + exposed(stream, d2h) - hidden_dp
         t_opt = (1.0 - off_opt) * t_opt_gpu
+        host_state = host_state_bytes(off_opt * opt_params, off_all * weight_stage_bytes / (1.0 + z3 * (dpc - 1.0)))
     else:
         offload, t_opt = 0.0 * t_opt_gpu, t_opt_gpu
 
@@ -518,21 +580,27 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     weights = weight_bytes(weight_stage_bytes / 2.0, dpc, zero)  # memory.weight_bytes counts 2 bytes each
     if any_stream:
         weights = pick(off_all, 2.0 * (weight_stage_bytes / lpm), weights)  # offloaded: two layers on the GPU
-    grads = gradient_bytes(p_train, dpc, zero)
-    optim = optimizer_bytes(p_train, dpc, zero)
+    grads = tw * gradient_bytes(p_train, dpc, zero)
+    optim = optimizer_bytes(p_train, dpc, zero, pick(adam16, tw * OPTIMIZER_STATE_BYTES[1], OPTIMIZER_STATE_BYTES[0]))
     if any_offload:
         optim = (1.0 - off_opt) * optim
     buffers = K.RUNTIME_RESERVED_BYTES + z3 * (2.0 * 2.0 * p_layer)  # ZeRO-3 prefetches two layers
-    total = weights + grads + optim + act + buffers
+    # the peak of the step is that of the forward/backward (activations held) or of the optimizer step (the
+    # activations freed, the step's temporaries allocated), whichever is larger
+    step_temp = (1.0 - off_opt) * adam16 * tw * OPTIMIZER_TEMP_BYTES[1] * opt_params
+    total = weights + grads + optim + buffers + np.maximum(act, step_temp)
     out.update({
         "mem_weights_bytes": weights, "mem_grads_bytes": grads, "mem_optimizer_bytes": optim,
-        "mem_activations_bytes": act, "mem_buffers_bytes": buffers, "mem_total_bytes": total,
-        "peak_memory_gb": total * 1e-9,  # GB = 10^9 bytes, the unit of the case schema's peak_memory_gb
+        "mem_activations_bytes": act, "mem_buffers_bytes": buffers,
+        "mem_step_extra_bytes": np.maximum(step_temp - act, 0.0), "mem_total_bytes": total,
+        # in the unit the framework's report calls GB (memory_report): 10^9 bytes, or 2^30 (PyTorch, DeepSpeed)
+        "peak_memory_gb": total / pick(gib, 2.0**30, 1e9),
     })
 
     # in the kernel's dtype: train_step casts once, to the caller's
     result: dict[str, Array] = {k: out[k] for k in TRAIN_METRICS}
     result["fits"] = total <= hw["hbm_bytes"]
+    result["host_fits"] = host_state <= hw["host_mem_bytes"]
     return result
 
 

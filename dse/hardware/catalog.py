@@ -41,6 +41,8 @@ HARDWARE_COLUMNS: tuple[str, ...] = (
     "tdp_w",
     "mmha_rate",
     "xqa_rate",
+    "cpu_adam_rate",
+    "host_mem_bytes",
 )
 
 EFFICIENCY_COLUMNS: tuple[str, ...] = (
@@ -79,6 +81,22 @@ def constant_upper_bound(column: str) -> float:
 #: Achieved fraction of the CPU-GPU link rate for offload copies (pinned-memory DMA).  ASSUMPTION: 0.8, not
 #: sourced; it only matters with ``offload``.
 HOST_LINK_EFFICIENCY = 0.8
+#: DeepSpeed's CPU Adam (DeepSpeedCPUAdam, SIMD + OpenMP over the rank's fp32 partition) in parameters per second
+#: per host core: "it reduces the optimizer time from 56 seconds to 8.2 seconds to an 11.6B parameter GPT2
+#: model" (microsoft/DeepSpeed PR 735, 2021), 1.41e9 parameters/s, on the DGX-2 host the ZeRO-Offload work used
+#: (2x Xeon Platinum 8168, 48 cores): 2.95e7 per core.  Each rank updates its own partition on its share of the
+#: host's cores (cores / GPUs of the node).
+CPU_ADAM_PARAMS_PER_CORE_S = 11.6e9 / 8.2 / 48.0
+#: DRAM bytes CPU Adam moves per parameter: reads fp32 master, gradient, momentum, variance (16), writes the three
+#: states (12) and the 16-bit copy sent back to the GPU (2).  The host's DRAM bandwidth over these bounds the rate.
+CPU_ADAM_BYTES_PER_PARAM = 30.0
+#: Collectives without GPU peer-to-peer (GeForce cards: NVIDIA/nccl issues 1127, 1309) go through host memory:
+#: every byte a GPU sends is written to and read from host DRAM, and "on PCI systems, the performance you get is
+#: usually determined by the bandwidth your CPU and memory can deliver" (NVIDIA, nccl issue 1639).  The bus
+#: bandwidth of each of the node's GPUs is then at most this fraction of the host DRAM bandwidth over 2 x the
+#: node's GPUs (see :func:`staged_bus_bandwidth`).  FITTED on shared/reference (zhang2023_train_bs1_lora7b.csv,
+#: the RTX 3090 and RTX 4090 servers) by python -m dse.validation.fit.
+HOST_STAGED_EFFICIENCY = 0.0755
 
 
 class CatalogError(ValueError):
@@ -98,12 +116,13 @@ def systems() -> pd.DataFrame:
     numeric = [
         "tensor_fp16_tflops", "tensor_fp8_tflops", "tensor_fp4_tflops", "vector_fp32_tflops", "fp32_lanes_per_sm",
         "hbm_gb", "hbm_tbps", "scaleup_gpus", "scaleup_gbps", "scaleout_gbit", "host_gbps", "p2p", "bridge_gbps",
-        "tdp_w",
+        "node_gpus", "gpus_per_switch", "host_cores", "host_mem_gb", "host_mem_gbps", "tdp_w",
     ]
     for col in numeric:
         frame[col] = pd.to_numeric(frame[col], errors="raise").astype(np.float64)
     for col in ("tensor_fp16_tflops", "vector_fp32_tflops", "fp32_lanes_per_sm", "hbm_gb", "hbm_tbps",
-                "scaleup_gpus", "scaleup_gbps"):
+                "scaleup_gpus", "scaleup_gbps", "node_gpus", "gpus_per_switch", "host_cores", "host_mem_gb",
+                "host_mem_gbps"):
         bad = frame[col].isna() | (frame[col] <= 0)
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0])
@@ -158,8 +177,11 @@ def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "hbm_bw": z(raw["hbm_bw"]),
         "hbm_bytes": z(raw["hbm_bytes"]),
         "scaleup_gpus": z(raw["scaleup_gpus"]),
-        "scaleup_ring_bw": z(raw["scaleup_bw"] * raw["scaleup_ring_eff"]),
-        "scaleup_allreduce_bw": z(raw["scaleup_bw"] * raw["scaleup_allreduce_eff"]),
+        # without GPU peer-to-peer (GeForce cards) collectives go through host memory (staged_bus_bandwidth)
+        "scaleup_ring_bw": z(np.where(raw["p2p"] > 0, raw["scaleup_bw"] * raw["scaleup_ring_eff"],
+                                      staged_bus_bandwidth(raw))),
+        "scaleup_allreduce_bw": z(np.where(raw["p2p"] > 0, raw["scaleup_bw"] * raw["scaleup_allreduce_eff"],
+                                           staged_bus_bandwidth(raw))),
         "scaleout_bw": z(raw["scaleout_bw"] * raw["scaleout_eff"]),
         "scaleup_latency_s": z(raw["scaleup_latency_s"]),
         "scaleout_latency_s": z(raw["scaleout_latency_s"]),
@@ -168,11 +190,41 @@ def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "infer_matmul_fp8_rate": z(raw["tensor_fp8_flops"] * raw["infer_matmul_eff_fp8"]),
         "infer_matmul_fp4_rate": z(raw["tensor_fp4_flops"] * raw["infer_matmul_eff_fp4"]),
         "layer_overhead_s": z(raw["layer_overhead_s"]),
-        "host_bw": z(raw["host_bw"] * HOST_LINK_EFFICIENCY),
+        "host_bw": z(offload_link_rate(raw)),
         "tdp_w": z(raw["tdp_w"]),
         "mmha_rate": z(raw["sm_clocks"] * raw["mmha_elements_per_clk"]),
         "xqa_rate": z(raw["sm_clocks"] * raw["xqa_elements_per_clk"]),
+        "cpu_adam_rate": z(cpu_adam_rate(raw)),
+        "host_mem_bytes": z(raw["host_mem_bytes"] / raw["node_gpus"]),
     }
+
+
+def staged_bus_bandwidth(raw: dict[str, np.ndarray]) -> np.ndarray:
+    """Bus bandwidth (bytes/s) of one GPU's collectives through host memory (no GPU peer-to-peer).
+
+    Each byte a GPU sends is written to host DRAM and read back by its peer, and every GPU of the node sends at
+    once, so the host's DRAM carries 2 x node_gpus x busbw: busbw <= HOST_STAGED_EFFICIENCY x DRAM / (2 x
+    node_gpus).  The bytes also cross the GPU's own link once per direction and, behind a PCIe switch, the
+    switch's uplink shared by gpus_per_switch GPUs: busbw <= link / gpus_per_switch.  The smaller bound holds."""
+    dram = HOST_STAGED_EFFICIENCY * raw["host_mem_bw"] / (2.0 * raw["node_gpus"])
+    link = raw["host_bw"] * HOST_LINK_EFFICIENCY / raw["gpus_per_switch"]
+    return np.minimum(dram, link)
+
+
+def offload_link_rate(raw: dict[str, np.ndarray]) -> np.ndarray:
+    """Bytes/s of one GPU's offload copies (ZeRO-Offload) while every GPU of the node copies at once: its link at
+    HOST_LINK_EFFICIENCY, shared behind a PCIe switch by gpus_per_switch GPUs, and at most its share of the host
+    DRAM bandwidth (each copied byte is written or read once there)."""
+    link = raw["host_bw"] * HOST_LINK_EFFICIENCY / raw["gpus_per_switch"]
+    return np.minimum(link, raw["host_mem_bw"] / raw["node_gpus"])
+
+
+def cpu_adam_rate(raw: dict[str, np.ndarray]) -> np.ndarray:
+    """Parameters/s one GPU's rank updates with DeepSpeed's CPU Adam: its share of the host's cores at
+    CPU_ADAM_PARAMS_PER_CORE_S, at most its share of the DRAM bandwidth over CPU_ADAM_BYTES_PER_PARAM."""
+    cores = raw["host_cores"] / raw["node_gpus"] * CPU_ADAM_PARAMS_PER_CORE_S
+    dram = raw["host_mem_bw"] / raw["node_gpus"] / CPU_ADAM_BYTES_PER_PARAM
+    return np.minimum(cores, dram)
 
 
 @lru_cache(maxsize=256)
@@ -198,10 +250,14 @@ def raw_table(overrides: tuple[tuple[str, str, float], ...] = ()) -> dict[str, n
         "hbm_bytes": sysf["hbm_gb"].to_numpy() * 2.0**30,
         "hbm_bw": sysf["hbm_tbps"].to_numpy() * 1e12,
         "scaleup_gpus": sysf["scaleup_gpus"].to_numpy(),
-        # without GPU peer-to-peer (GeForce RTX 4090) collectives stage through host memory: every byte
-        # crosses the PCIe link twice, half the rate (ASSUMPTION, see systems.csv notes)
-        "scaleup_bw": sysf["scaleup_gbps"].to_numpy() * 1e9 * np.where(sysf["p2p"].to_numpy() > 0, 1.0, 0.5),
+        "scaleup_bw": sysf["scaleup_gbps"].to_numpy() * 1e9,
+        "p2p": sysf["p2p"].to_numpy(),
         "host_bw": sysf["host_gbps"].to_numpy() * 1e9,
+        "node_gpus": sysf["node_gpus"].to_numpy(),
+        "gpus_per_switch": sysf["gpus_per_switch"].to_numpy(),
+        "host_cores": sysf["host_cores"].to_numpy(),
+        "host_mem_bytes": sysf["host_mem_gb"].to_numpy() * 1e9,
+        "host_mem_bw": sysf["host_mem_gbps"].to_numpy() * 1e9,
         "tdp_w": sysf["tdp_w"].to_numpy(),
         # SMs × clock (per second): the FP32 vector peak is 2 FLOPs per lane per SM per clock
         "sm_clocks": sysf["vector_fp32_tflops"].to_numpy() * 1e12 / (2.0 * sysf["fp32_lanes_per_sm"].to_numpy()),

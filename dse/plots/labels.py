@@ -34,6 +34,7 @@ MEMORY_NAMES: dict[str, str] = {
     "mem_optimizer_bytes": "optimizer states",
     "mem_activations_bytes": "activations",
     "mem_buffers_bytes": "runtime + comm buffers",
+    "mem_step_extra_bytes": "optimizer-step temporaries",
 }
 #: column → (name, unit, factor from the column's unit to the displayed unit)
 QUANTITIES: dict[str, tuple[str, str, float]] = {

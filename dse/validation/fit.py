@@ -9,13 +9,15 @@ Objective: Σ_(file, metric) mean_cases (ln(predicted / measured))², each file 
 that a file with many rows does not drown a small one.  Minimised by Nelder–Mead over the constants
 (efficiencies bounded to (0, 1.2], overheads to (0, 1000] µs, element rates to (0, 128] per SM-clock;
 :func:`dse.hardware.catalog.constant_upper_bound`),
-separately for the training, the inference and the serving constants.
+separately for the training, the inference, the serving and the commodity-server constants (global module
+constants of the host, eager-kernel, DeepSpeed-fetch and bitsandbytes terms, fitted on the Zhang et al. 2023 file).
 A test re-runs the fit and checks the shipped constants match it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 from importlib import resources
@@ -46,8 +48,23 @@ SERVING_PARAMETERS: tuple[tuple[str, str], ...] = (
     ("hopper", "mmha_elements_per_clk"),
     ("hopper", "xqa_elements_per_clk"),
 )
-FITTED_PARAMETERS = TRAINING_PARAMETERS + INFERENCE_PARAMETERS + SERVING_PARAMETERS
+#: Global constants of the commodity-server terms (issue 21), ``("global", NAME)``: module constants rather than
+#: per-generation rows, fitted on the Zhang et al. 2023 training file only (no other reference file runs HF's eager
+#: kernels, DeepSpeed's on-demand ZeRO-3 fetches, bitsandbytes' NF4 or collectives through host memory).
+COMMODITY_PARAMETERS: tuple[tuple[str, str], ...] = (
+    ("global", "HOST_STAGED_EFFICIENCY"),
+    ("global", "EAGER_KERNEL_S"),
+    ("global", "ZERO3_FETCH_OVERHEAD_S"),
+    ("global", "QLORA_DEQUANT_EFFICIENCY"),
+)
+#: Where each global constant lives.
+GLOBAL_CONSTANTS: dict[str, str] = {"HOST_STAGED_EFFICIENCY": "dse.hardware.catalog",
+                                    "EAGER_KERNEL_S": "dse.cost.constants",
+                                    "ZERO3_FETCH_OVERHEAD_S": "dse.cost.constants",
+                                    "QLORA_DEQUANT_EFFICIENCY": "dse.cost.constants"}
+FITTED_PARAMETERS = TRAINING_PARAMETERS + INFERENCE_PARAMETERS + SERVING_PARAMETERS + COMMODITY_PARAMETERS
 TRAINING_FILES = ("megatron_narayanan2021_table1.csv", "megatron_korthikanti2022_table4.csv", "nemo_h100_24.07.csv")
+COMMODITY_FILES = ("zhang2023_train_bs1_lora7b.csv",)
 INFERENCE_FILES = ("llama2_inference_a100.csv", "trtllm_0.9.0_a100_h100.csv")
 SERVING_FILES = ("trtllm_0.10.0_serve_a100_h100.csv",)
 
@@ -60,22 +77,52 @@ def log_error_objective(files: Sequence[str | Path], assumptions: Sequence[Assum
                         params: Sequence[tuple[str, str]]) -> Callable[[np.ndarray], float]:
     """The function of the parameter vector that :func:`fit` minimises."""
 
-    upper = np.array([constant_upper_bound(c) for _, c in params])
+    upper = np.array([np.inf if g == "global" else constant_upper_bound(c) for g, c in params])
 
     def objective(values: np.ndarray) -> float:
         if np.any(values <= 0) or np.any(values > upper):
             return 1e9
-        overrides = {p: float(v) for p, v in zip(params, values, strict=True)}
-        total = 0.0
-        for f in files:
-            groups: dict[str, list[float]] = {}
-            for r in validate_file(f, assumptions, overrides):
-                if r.predicted is not None:
-                    groups.setdefault(r.metric, []).append(float(np.log(r.predicted / r.measured)))
-            total += sum(float(np.mean(np.square(e))) for e in groups.values())
+        overrides = {p: float(v) for p, v in zip(params, values, strict=True) if p[0] != "global"}
+        saved = _set_globals({c: float(v) for (g, c), v in zip(params, values, strict=True) if g == "global"})
+        try:
+            total = 0.0
+            for f in files:
+                groups: dict[str, list[float]] = {}
+                for r in validate_file(f, assumptions, overrides):
+                    if r.predicted is not None:
+                        groups.setdefault(r.metric, []).append(float(np.log(r.predicted / r.measured)))
+                total += sum(float(np.mean(np.square(e))) for e in groups.values())
+        finally:
+            _set_globals(saved)
         return total
 
     return objective
+
+
+def shipped_value(generation: str, column: str) -> float:
+    """The shipped value of a fitted constant: an efficiency.csv cell, or a global module constant."""
+    if generation == "global":
+        return float(getattr(importlib.import_module(GLOBAL_CONSTANTS[column]), column))
+    from dse.hardware.catalog import efficiency
+
+    eff = efficiency()
+    return float(eff[column].to_numpy()[eff.index.get_loc(generation)])
+
+
+def _set_globals(values: dict[str, float]) -> dict[str, float]:
+    """Set global constants (returns the previous values) and drop the hardware tables built from them."""
+    from dse.hardware import catalog
+
+    previous = {}
+    for name, value in values.items():
+        module = importlib.import_module(GLOBAL_CONSTANTS[name])
+        previous[name] = getattr(module, name)
+        setattr(module, name, value)
+    if values:
+        catalog.raw_table.cache_clear()
+        catalog._achieved_table.cache_clear()
+        catalog._achieved_table_as.cache_clear()
+    return previous
 
 
 def nelder_mead(fun: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.1, tol: float = 1e-7,
@@ -116,10 +163,7 @@ def fit(files: Sequence[str | Path], assumptions: Sequence[Assumption],
         params: Sequence[tuple[str, str]] = TRAINING_PARAMETERS,
         start: Sequence[float] | None = None) -> dict[tuple[str, str], float]:
     """Least-squares fit of ``params`` (``(generation, constant)`` pairs) on the cases of ``files``."""
-    from dse.hardware.catalog import efficiency
-
-    eff = efficiency()
-    shipped = [float(eff[c].to_numpy()[eff.index.get_loc(g)]) for g, c in params]
+    shipped = [shipped_value(g, c) for g, c in params]
     x0 = np.array(start if start is not None else shipped, dtype=np.float64)
     best = nelder_mead(log_error_objective(files, assumptions, params), x0)
     return {p: float(v) for p, v in zip(params, best, strict=True)}
@@ -132,12 +176,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     assumptions = load_assumptions(args.assume)
     for names, params in ((TRAINING_FILES, TRAINING_PARAMETERS), (INFERENCE_FILES, INFERENCE_PARAMETERS),
-                          (SERVING_FILES, SERVING_PARAMETERS)):
+                          (SERVING_FILES, SERVING_PARAMETERS), (COMMODITY_FILES, COMMODITY_PARAMETERS)):
         files = [f for f in args.files if Path(f).name in names]
         if not files:
             continue
         for (gen, col), value in fit(files, assumptions, params).items():
-            print(f"{gen:10s} {col:22s} {value:.4f}")
+            print(f"{gen:10s} {col:26s} {value:.4g}")
     return 0
 
 

@@ -1,0 +1,133 @@
+"""Issue 21: commodity 8-GPU servers as measured — the host as part of a system, collectives through host memory,
+ZeRO-Offload on the host's cores, eager HF kernels, optimizer layouts and memory as frameworks report it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dse.cost import constants as K
+from dse.frame import evaluate, evaluate_train
+from dse.hardware import catalog as hwcat
+
+BASE = {"model": "llama2-7b", "gpus": 8, "tp": 1, "pp": 1, "dp": 8, "micro_batch": 1, "global_batch": 8,
+        "seq_len": 350, "recompute": "none", "precision": "bf16"}
+
+
+def train(**changes) -> pd.Series:
+    return evaluate_train(pd.DataFrame([{**BASE, **changes}])).iloc[0]
+
+
+def hw(name: str) -> dict[str, float]:
+    cols = hwcat.hardware_columns(hwcat.system_codes(np.array([name])))
+    return {k: float(v[0]) for k, v in cols.items()}
+
+
+def test_collectives_without_peer_to_peer_are_bound_by_the_host_dram():
+    """GeForce cards have no PCIe peer-to-peer: every byte goes through host DRAM (written, then read), shared by
+    the node's GPUs.  Two servers whose bound is the DRAM differ by their DRAM bandwidth; a server with
+    peer-to-peer keeps its NVLink or PCIe rate."""
+    sysf = hwcat.systems()
+    r4090, r3090 = hw("rtx4090"), hw("rtx3090")
+    assert sysf.loc["rtx4090", "p2p"] == 0 and sysf.loc["rtx3090", "p2p"] == 0
+    ratio = sysf.loc["rtx4090", "host_mem_gbps"] / sysf.loc["rtx3090", "host_mem_gbps"]
+    assert r4090["scaleup_ring_bw"] / r3090["scaleup_ring_bw"] == pytest.approx(ratio, rel=1e-9)
+    assert r4090["scaleup_ring_bw"] == pytest.approx(
+        hwcat.HOST_STAGED_EFFICIENCY * sysf.loc["rtx4090", "host_mem_gbps"] * 1e9 / (2 * 8), rel=1e-9)
+    a100 = hw("a100-sxm-80gb")
+    assert a100["scaleup_ring_bw"] == pytest.approx(300e9 * 0.767, rel=1e-9)
+
+
+def test_cpu_adam_runs_on_each_ranks_share_of_the_host():
+    """Each rank's CPU Adam updates its partition on cores / GPUs of the node at the per-core rate of DeepSpeed's
+    measurement (11.6B parameters in 8.2 s on 48 cores), unless the DRAM bound is lower."""
+    sysf = hwcat.systems()
+    for name in ("a800-sxm-80gb", "rtx4090", "rtx3090"):
+        cores = sysf.loc[name, "host_cores"] / sysf.loc[name, "node_gpus"]
+        dram = sysf.loc[name, "host_mem_gbps"] * 1e9 / sysf.loc[name, "node_gpus"] / hwcat.CPU_ADAM_BYTES_PER_PARAM
+        assert hw(name)["cpu_adam_rate"] == pytest.approx(min(cores * 11.6e9 / 8.2 / 48, dram), rel=2e-3)
+    # the offload step on the A800 server: its ranks' CPU Adam is the largest offload term
+    row = train(system="a800-sxm-80gb", zero=2, offload="optimizer", stack="deepspeed-2023")
+    partition = row["params_total"] / 8
+    assert row["time_offload_s"] >= partition / hw("a800-sxm-80gb")["cpu_adam_rate"]
+
+
+def test_offload_beyond_the_host_memory_is_a_reason_not_a_time():
+    """13B with ZeRO-3 offload on the 128 GB RTX 3090 host: 16 bytes per offloaded parameter plus the 16-bit
+    weights (about 234 GB for the node) do not fit; 7B (about 121 GB) does.  The row keeps its GPU memory."""
+    big = train(model="llama2-13b", system="rtx3090", zero=3, offload="all", stack="deepspeed-2023")
+    assert big["infeasible_reason"] == "host_memory_exceeded" and not big["fits"]
+    assert np.isnan(big["step_time_s"]) and np.isfinite(big["peak_memory_gb"])
+    small = train(system="rtx3090", zero=3, offload="all", stack="deepspeed-2023")
+    assert small["infeasible_reason"] == "" and np.isfinite(small["step_time_s"])
+    roomy = train(model="llama2-13b", system="rtx4090", zero=3, offload="all", stack="deepspeed-2023")
+    assert roomy["infeasible_reason"] == ""
+
+
+def test_torch_adamw_on_a_16bit_model_peaks_in_its_step():
+    """torch's foreach AdamW on a bf16 model keeps 2 + 2 + 4 bytes per parameter and allocates a 2-byte copy of
+    every variance in its step: with few activations the step sets the peak, 10 bytes per parameter plus the
+    runtime reserve; its step moves ADAM_16BIT_BYTES_PER_PARAM per parameter at the HBM rate."""
+    row = train(system="a800-sxm-80gb", zero=0, optimizer="adam_16bit")
+    p = row["params_total"]
+    assert row["mem_step_extra_bytes"] > 0
+    assert row["mem_total_bytes"] == pytest.approx(10.0 * p + K.RUNTIME_RESERVED_BYTES, rel=1e-5)
+    assert row["time_optimizer_s"] == pytest.approx(p * K.ADAM_16BIT_BYTES_PER_PARAM / hw("a800-sxm-80gb")[
+        "memory_rate"], rel=1e-5)
+    mixed = train(system="a800-sxm-80gb", zero=0)
+    assert mixed["mem_step_extra_bytes"] == 0 and mixed["mem_optimizer_bytes"] == pytest.approx(12.0 * p, rel=1e-6)
+
+
+def test_memory_report_gib_divides_by_two_to_the_30():
+    gb = train(system="a800-sxm-80gb", zero=2)
+    gib = train(system="a800-sxm-80gb", zero=2, memory_report="gib")
+    assert gib["peak_memory_gb"] == pytest.approx(gb["peak_memory_gb"] * 1e9 / 2**30, rel=1e-6)
+
+
+def test_a_setting_per_zero_stage_follows_the_row():
+    """deepspeed-2023's dp_overlap 1/0/0/1 (DeepSpeed's overlap_comm default, stage 3 only; DDP at stage 0) and
+    its optimizer (torch AdamW without ZeRO, DeepSpeed's fp32 partitions with it), in tables and in sweeps."""
+    from dse.grid import Grid
+    from dse.spec import resolve_spec
+    from dse.sweep import evaluate_points
+
+    frame = pd.DataFrame([{**BASE, "system": "a800-sxm-80gb", "zero": z, "stack": "deepspeed-2023"}
+                          for z in (0, 1, 2, 3)])
+    out = evaluate(frame)
+    assert list(out["dp_overlap"]) == [1, 0, 0, 1]
+    assert list(out["optimizer"].astype(str)) == ["adam_16bit", "adam_mixed", "adam_mixed", "adam_mixed"]
+    grid = {**{k: v for k, v in BASE.items() if k not in ("recompute", "dp")}, "system": "a800-sxm-80gb",
+            "zero": [0, 1, 2, 3], "stack": ["deepspeed-2023"]}
+    swept = evaluate_points(resolve_spec({"name": "s", "grid": grid}, "<test>"),
+                            Grid(resolve_spec({"name": "s", "grid": grid}, "<test>")), 0, 4).to_pandas()
+    assert list(swept["dp_overlap"]) == [1, 0, 0, 1]
+    np.testing.assert_allclose(swept["step_time_s"], out["step_time_s"], rtol=1e-5)
+
+
+def test_eager_kernels_cost_their_bytes_and_a_fixed_time_each():
+    """HF's eager modules run slower than fused kernels: the difference per layer is at least the fixed time of
+    the extra kernels, and the unfused attention's batched matmuls run at EAGER_BMM_EFFICIENCY."""
+    fused = train(system="a800-sxm-80gb", zero=0, attention="standard")
+    eager = train(system="a800-sxm-80gb", zero=0, attention="standard", kernels="eager")
+    assert eager["layer_elementwise_ms"] > fused["layer_elementwise_ms"]
+    assert (eager["layer_elementwise_ms"] * 1e-3 >= (46 + 78) * K.EAGER_KERNEL_S)
+    assert eager["layer_attention_ms"] > fused["layer_attention_ms"]
+
+
+def test_lora_adapters_in_fp32_send_and_update_twice_the_bytes():
+    base = {"system": "rtx4090", "zero": 2, "finetune": "lora", "lora_rank": 64}
+    half, full = train(**base), train(**base, adapter_precision="fp32")
+    assert full["mem_grads_bytes"] == pytest.approx(2.0 * half["mem_grads_bytes"], rel=1e-6)
+    assert full["time_dp_comm_s"] > 1.9 * half["time_dp_comm_s"]
+
+
+def test_module_profile_of_the_a800_step():
+    """Zhang et al. 2023 Table V (tests/reference/zhang2023_module_profiles.md): 7B, Naive, batch 2 per GPU on the
+    A800 server.  Measured here: forward 75.0 ms and optimizer 193.9 ms within 25 %; the backward (250 ms with
+    38.8 ms of exposed communication) is under-predicted by about 37 % (the backward GEMMs at 700 tokens run
+    slower than twice the forward in the profile, 3.0-3.7x; dse counts 2x) and is not asserted."""
+    row = train(system="a800-sxm-80gb", zero=0, micro_batch=2, global_batch=16, stack="deepspeed-2023",
+                attention="standard")
+    assert row["layer_fwd_ms"] * 32 == pytest.approx(75.0, rel=0.25)
+    assert row["time_optimizer_s"] * 1e3 == pytest.approx(193.9, rel=0.25)
