@@ -497,6 +497,8 @@ def random_serve_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], 
     # a third of the maximum-load rows are closed loops of 1-256 clients (drawn last: the other draws unchanged)
     closed = np.isnan(x["request_rate"]) & (rng.random(n) < 1.0 / 3.0)
     x["concurrency"] = np.where(closed, pow2(8), np.nan)
+    x["cuda_graphs"] = rng.integers(0, 2, n).astype(np.float64)
+    x["kv_reservation"] = rng.integers(0, 2, n).astype(np.float64)
     assert set(x) == set(SERVE_INPUTS)
     return x, rng.integers(0, len(hwcat.system_names()), n)
 

@@ -25,7 +25,7 @@ from dse.cost.training import TRAIN_METRICS, train_step
 from dse.defaults import CATEGORICAL, CATEGORICAL_DEFAULTS, DEFAULTS_DOC, fill_defaults  # noqa: F401 (re-export)
 from dse.hardware import catalog as hwcat
 from dse.models.catalog import models as model_catalog
-from dse.stacks import apply_stack, stack_names
+from dse.stacks import SERVE_VALUE_CODES, apply_stack, stack_names
 
 DIMENSION_COLUMNS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts", "top_k")
 PARALLEL_COLUMNS = ("gpus", "tp", "pp", "dp", "cp", "ep", "vpp")
@@ -485,6 +485,8 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     x["request_rate"] = pd.to_numeric(rate.where(~_blank(rate), np.nan), errors="coerce").to_numpy(np.float64)
     x["kv_memory_fraction"] = np.full(n, np.nan)
     x["kv_block_tokens"] = np.full(n, np.nan)
+    x["cuda_graphs"] = np.full(n, np.nan)
+    x["kv_reservation"] = np.full(n, np.nan)
     # (decode_kv_reads: filled by infer_inputs from the row or its stack)
     x["concurrency"] = _integers(frame, "concurrency", source)
     both = ~np.isnan(x["concurrency"]) & ~np.isnan(x["request_rate"])
@@ -504,14 +506,21 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
         for stack in [s for s in pd.unique(names) if s]:
             rows = (names == stack).to_numpy()
             prof = profile(stack)
-            for key, col in (("kv_memory_fraction", "kv_memory_fraction"), ("kv_block_tokens", "kv_block_tokens"),
-                             ("max_batch", "batch"), ("max_num_tokens", "max_num_tokens"),
-                             ("decode_kv_reads", "decode_kv_reads")):
+            for key, col in SERVING_STACK_SETTINGS:
                 if key in prof:  # the engine's default where the row leaves it empty
-                    value = float(codes.DECODE_KV_READS.index(prof[key])) if key == "decode_kv_reads" else \
+                    value = float(SERVE_VALUE_CODES[key].index(prof[key])) if key in SERVE_VALUE_CODES else \
                         float(prof[key])
                     x[col] = np.where(rows & np.isnan(x[col]), value, x[col])
+    for col in ("cuda_graphs", "kv_reservation"):  # neither stated nor set by a stack: off, on demand
+        x[col] = np.where(np.isnan(x[col]), 0.0, x[col])
     return x, systems
+
+
+#: The engine settings a serving row takes from its stack when it leaves them empty: (profile key, input).
+SERVING_STACK_SETTINGS: tuple[tuple[str, str], ...] = (
+    ("kv_memory_fraction", "kv_memory_fraction"), ("kv_block_tokens", "kv_block_tokens"), ("max_batch", "batch"),
+    ("max_num_tokens", "max_num_tokens"), ("decode_kv_reads", "decode_kv_reads"), ("cuda_graphs", "cuda_graphs"),
+    ("kv_reservation", "kv_reservation"))
 
 
 def evaluate_serve(frame: pd.DataFrame, source: str = "<frame>",

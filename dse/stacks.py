@@ -13,9 +13,9 @@ knobs that software fixes.  Rules:
 
 Profile values: a value of the knob's vocabulary; ``auto`` (leave the model's default, e.g. ``sp`` = 1 when
 tp > 1); ``when_vpp`` (1 when the row interleaves, vpp > 1, else 0: Megatron-Bridge's overlap_p2p_comm).
-Settings the cost model has no term for (``fp8_recipe``, ``cuda_graphs``) are recorded for the reader; the
-serving settings (``max_batch``, ``max_num_tokens``, ``kv_memory_fraction``, ``kv_block_tokens``,
-``chunked_prefill``) are the engine's defaults.
+Settings the cost model has no term for (``fp8_recipe``) are recorded for the reader; the serving settings
+(``max_batch``, ``max_num_tokens``, ``kv_memory_fraction``, ``kv_block_tokens``, ``chunked_prefill``,
+``cuda_graphs``, ``kv_reservation``) are the engine's defaults.
 """
 
 from __future__ import annotations
@@ -72,11 +72,15 @@ TRAIN_KNOBS: dict[str, tuple[str, ...]] = {
     "memory_report": codes.MEMORY_REPORT, "adapter_precision": codes.ADAPTER_PRECISION,
 }
 #: Settings recorded for the reader (no term in the model) and serving-engine settings.
-RECORDED: dict[str, str] = {"fp8_recipe": "text", "cuda_graphs": "0 or 1"}
+RECORDED: dict[str, str] = {"fp8_recipe": "text"}
 SERVE_KNOBS: dict[str, str] = {"decode_kv_reads": "per_kv_head or per_query_head",
                                "max_batch": "integer", "max_num_tokens": "integer",
                                "kv_memory_fraction": "number in (0, 1]", "kv_block_tokens": "integer",
-                               "chunked_prefill": "0 or 1"}
+                               "chunked_prefill": "0 or 1", "cuda_graphs": "0 or 1",
+                               "kv_reservation": "mean or full"}
+#: Values of the serving settings that name rather than count: their code in the kernel.
+SERVE_VALUE_CODES: dict[str, tuple[str, ...]] = {"decode_kv_reads": codes.DECODE_KV_READS,
+                                                 "kv_reservation": ("mean", "full")}
 SPECIAL = ("auto", "when_vpp")
 
 
@@ -138,9 +142,9 @@ def profiles() -> pd.DataFrame:
                                                for v in parts):
                 raise ValueError(f"{where}: {key} = {value!r}; allowed: {', '.join(TRAIN_KNOBS[key] + SPECIAL)}, or "
                                  "four of the values joined by '/' (one per ZeRO stage 0/1/2/3)")
-        elif key == "decode_kv_reads":
-            if value not in codes.DECODE_KV_READS:
-                raise ValueError(f"{where}: {key} = {value!r}; allowed: {', '.join(codes.DECODE_KV_READS)}")
+        elif key in SERVE_VALUE_CODES:
+            if value not in SERVE_VALUE_CODES[key]:
+                raise ValueError(f"{where}: {key} = {value!r}; allowed: {', '.join(SERVE_VALUE_CODES[key])}")
         elif key not in RECORDED and key not in SERVE_KNOBS:
             raise ValueError(f"{where}: unknown key {key!r}")
         if not row["source"].strip():

@@ -141,15 +141,18 @@ def _fill_serving_from_stack(x: dict[str, np.ndarray]) -> None:
     has = ~np.isnan(x["stack"])
     code = np.where(has, x["stack"], 0).astype(np.int64)
     names = stack_names()
-    for key, col in (("max_batch", "batch"), ("max_num_tokens", "max_num_tokens"),
-                     ("kv_memory_fraction", "kv_memory_fraction"), ("kv_block_tokens", "kv_block_tokens"),
-                     ("decode_kv_reads", "decode_kv_reads")):
+    from dse.frame import SERVING_STACK_SETTINGS
+    from dse.stacks import SERVE_VALUE_CODES
+
+    for key, col in SERVING_STACK_SETTINGS:
         table = np.full(len(names), np.nan)
         for i, stack in enumerate(names):
             value = profile(stack).get(key)
             if value is not None:
-                table[i] = float(codes.DECODE_KV_READS.index(value)) if key == "decode_kv_reads" else float(value)
+                table[i] = float(SERVE_VALUE_CODES[key].index(value)) if key in SERVE_VALUE_CODES else float(value)
         x[col] = np.where(np.isnan(x[col]) & has, np.where(has, table[code], np.nan), x[col]).astype(x[col].dtype)
+    for col in ("cuda_graphs", "kv_reservation"):  # neither stated nor set by a stack: off, on demand
+        x[col] = np.where(np.isnan(x[col]), 0.0, x[col]).astype(x[col].dtype)
 
 
 def _fill_from_stack(x: dict[str, np.ndarray], stack: np.ndarray) -> None:

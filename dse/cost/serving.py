@@ -65,7 +65,8 @@ from dse.hardware.catalog import HARDWARE_COLUMNS
 Array = Any
 
 SERVE_INPUTS: tuple[str, ...] = (*INFER_INPUTS, "max_num_tokens", "request_rate", "kv_memory_fraction",
-                                 "kv_block_tokens", "decode_kv_reads", "prefill_gpus", "prefill_tp", "concurrency")
+                                 "kv_block_tokens", "decode_kv_reads", "prefill_gpus", "prefill_tp", "concurrency",
+                                 "cuda_graphs", "kv_reservation")
 SERVE_METRICS: tuple[str, ...] = (
     "output_tokens_per_s", "output_tokens_per_s_per_gpu", "requests_per_s", "ttft_s", "tpot_s",
     "tokens_per_s_per_user", "running_requests", "queue_wait_s", "kv_cache_utilization", "iteration_ms",
@@ -186,7 +187,8 @@ def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array) ->
         # two all-reduces of 2·h bytes per token (network.allreduce_terms): bytes per token, α per pass
         "tp_token": tp_on * 2.0 * 2.0 * h * ar_per_byte,
         "tp_pass": tp_on * 2.0 * ar_latency,
-        "overhead": x["layer_overhead_s"],
+        # per pass: the engine's fixed cost per layer, launched kernel by kernel or replayed from a CUDA graph
+        "overhead": pick(mask(x["cuda_graphs"] > 0, h), x["layer_overhead_graphs_s"], x["layer_overhead_s"]),
         "logits_row": gemm_flops(1.0, V / t, h) / x["infer_matmul_fp16_rate"] + (h * 2.0 + V / t * 2.0) / mem,
         "logits_pass": h * (V / t) * 2.0 / mem,
         "p2p_token": pp_on * 2.0 * h / p2p_bw, "p2p_pass": pp_on * p2p_latency,
@@ -278,7 +280,11 @@ def _kv_capacity(x: dict[str, Array], budget: Array) -> dict[str, Array]:
     act_tokens = np.minimum(budget, s_in + s_out)
     activations = act_tokens * (4.0 * h + 2.0 * n_fc1) * 2.0 + act_tokens * V / t * 4.0 / np.maximum(s_in, 1.0)
     kv_budget = frac * (x["hbm_bytes"] - weights - activations - K.RUNTIME_RESERVED_BYTES)
-    pages = np.ceil((s_in + 0.5 * s_out) / block) * block
+    # the KV a request holds: on demand, its mean context; an engine that reserves to completion at admission
+    # (TensorRT-LLM's GUARANTEED_NO_EVICT: KV blocks for the prompt and every output token, never paused) its
+    # whole length (kv_reservation = 1)
+    held = s_in + s_out * pick(mask(x["kv_reservation"] > 0, s_in), 1.0, 0.5)
+    pages = np.ceil(held / block) * block
     kv_token = L / p * 2.0 * kvh * (h / a) * kv_b
     capacity = np.floor(np.maximum(kv_budget, 0.0) / (kv_token * pages))
     return {"weights": weights, "activations": activations, "kv_budget": kv_budget, "pages": pages,

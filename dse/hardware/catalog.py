@@ -37,6 +37,7 @@ HARDWARE_COLUMNS: tuple[str, ...] = (
     "infer_matmul_fp8_rate",
     "infer_matmul_fp4_rate",
     "layer_overhead_s",
+    "layer_overhead_graphs_s",
     "host_bw",
     "tdp_w",
     "mmha_rate",
@@ -60,6 +61,7 @@ EFFICIENCY_COLUMNS: tuple[str, ...] = (
     "scaleup_latency_us",
     "scaleout_latency_us",
     "layer_overhead_us",
+    "layer_overhead_graphs_us",
     "mmha_elements_per_clk",
     "xqa_elements_per_clk",
 )
@@ -190,6 +192,8 @@ def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "infer_matmul_fp8_rate": z(raw["tensor_fp8_flops"] * raw["infer_matmul_eff_fp8"]),
         "infer_matmul_fp4_rate": z(raw["tensor_fp4_flops"] * raw["infer_matmul_eff_fp4"]),
         "layer_overhead_s": z(raw["layer_overhead_s"]),
+        # the same decode pass captured in a CUDA graph (an engine's cuda_graphs): no per-kernel launches
+        "layer_overhead_graphs_s": z(raw["layer_overhead_graphs_s"]),
         "host_bw": z(offload_link_rate(raw)),
         "tdp_w": z(raw["tdp_w"]),
         "mmha_rate": z(raw["sm_clocks"] * raw["mmha_elements_per_clk"]),
@@ -266,6 +270,7 @@ def raw_table(overrides: tuple[tuple[str, str, float], ...] = ()) -> dict[str, n
         "scaleout_latency_s": g["scaleout_latency_us"].to_numpy() * 1e-6,
     }
     table["layer_overhead_s"] = g["layer_overhead_us"].to_numpy() * 1e-6
+    table["layer_overhead_graphs_s"] = g["layer_overhead_graphs_us"].to_numpy() * 1e-6
     for col in FRACTION_COLUMNS + PER_CLOCK_COLUMNS:
         table[col] = g[col].to_numpy()
     return {k: np.ascontiguousarray(v, dtype=np.float64) for k, v in table.items()}

@@ -62,9 +62,14 @@ GLOBAL_CONSTANTS: dict[str, str] = {"HOST_STAGED_EFFICIENCY": "dse.hardware.cata
                                     "EAGER_KERNEL_S": "dse.cost.constants",
                                     "ZERO3_FETCH_OVERHEAD_S": "dse.cost.constants",
                                     "QLORA_DEQUANT_EFFICIENCY": "dse.cost.constants"}
-FITTED_PARAMETERS = TRAINING_PARAMETERS + INFERENCE_PARAMETERS + SERVING_PARAMETERS + COMMODITY_PARAMETERS
+#: The per-layer overhead of a decode pass replayed from a CUDA graph, fitted on the only shared file whose engine
+#: runs under CUDA graphs (NIM 1.8, TensorRT-LLM engine).
+GRAPHS_PARAMETERS: tuple[tuple[str, str], ...] = (("hopper", "layer_overhead_graphs_us"),)
+FITTED_PARAMETERS = (TRAINING_PARAMETERS + INFERENCE_PARAMETERS + SERVING_PARAMETERS + COMMODITY_PARAMETERS
+                     + GRAPHS_PARAMETERS)
 TRAINING_FILES = ("megatron_narayanan2021_table1.csv", "megatron_korthikanti2022_table4.csv", "nemo_h100_24.07.csv")
 COMMODITY_FILES = ("zhang2023_train_bs1_lora7b.csv",)
+GRAPHS_FILES = ("nim_1.8.0_concurrency_h100.csv",)
 INFERENCE_FILES = ("llama2_inference_a100.csv", "trtllm_0.9.0_a100_h100.csv")
 SERVING_FILES = ("trtllm_0.10.0_serve_a100_h100.csv",)
 
@@ -176,7 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     assumptions = load_assumptions(args.assume)
     for names, params in ((TRAINING_FILES, TRAINING_PARAMETERS), (INFERENCE_FILES, INFERENCE_PARAMETERS),
-                          (SERVING_FILES, SERVING_PARAMETERS), (COMMODITY_FILES, COMMODITY_PARAMETERS)):
+                          (SERVING_FILES, SERVING_PARAMETERS), (COMMODITY_FILES, COMMODITY_PARAMETERS),
+                          (GRAPHS_FILES, GRAPHS_PARAMETERS)):
         files = [f for f in args.files if Path(f).name in names]
         if not files:
             continue
