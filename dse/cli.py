@@ -507,13 +507,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import warnings
+
+    from dse.dataset import IncompleteDatasetWarning
+
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except (InputError, CliError, SpecError) as exc:
-        print(f"dse {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+
+    def say_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        if issubclass(category, IncompleteDatasetWarning):
+            print(f"dse {args.command}: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+        warnings.showwarning = say_warning
+        warnings.simplefilter("default", IncompleteDatasetWarning)
+        try:
+            return int(args.func(args))
+        except (InputError, CliError, SpecError) as exc:
+            print(f"dse {args.command}: error: {exc}", file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ cluster), write each as its own Parquet file atomically, resume what is missing.
 Layout of ``results/NAME/``: ``_spec.yaml`` (the resolved spec, package version, creation time, grid size, part
 size), ``part-00000.parquet`` … (each written to a temporary name in the same directory and renamed when
 complete, so a sweep killed at any moment leaves only complete parts).  Each part carries the resolved spec,
-the package version and the creation time in its Parquet key-value metadata.
+the package version and the creation time in its Parquet key-value metadata.  ``_complete.yaml``, written last
+(after the ``--keep`` merge), marks the dataset complete; a run removes it before it changes any part (see
+:mod:`dse.dataset`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,15 @@ import pyarrow.parquet as pq
 import yaml
 
 from dse import __version__
-from dse.dataset import LOCK_FILE, SPEC_FILE, check_part, lock_directory, read_spec_file, verified_parts
+from dse.dataset import (
+    COMPLETE_FILE,
+    LOCK_FILE,
+    SPEC_FILE,
+    check_part,
+    lock_directory,
+    read_spec_file,
+    verified_parts,
+)
 from dse.grid import Grid
 from dse.keep import Keep, KeepError, keep_mask, parse_keep, reduce_table
 from dse.spec import Spec, SpecError
@@ -253,6 +263,17 @@ def _write_spec_file(plan: RunPlan, created: str, feasible_only: bool) -> bool:
     return True
 
 
+def _write_complete_mark(plan: RunPlan) -> None:
+    """The completion mark, written atomically after every part (and the merge) is in place."""
+    rows = sum(pq.ParquetFile(plan.part_path(i)).metadata.num_rows for i in range(plan.n_parts))
+    doc = {"complete": True, "spec_digest": plan.spec.digest(), "parts": plan.n_parts, "rows": rows,
+           "keep": plan.keep.text, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    mark = plan.out_dir / COMPLETE_FILE
+    tmp = mark.with_name(f".{COMPLETE_FILE}.tmp-{os.getpid()}")
+    tmp.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    os.replace(tmp, mark)
+
+
 def missing_parts(plan: RunPlan) -> list[int]:
     return [i for i in range(plan.n_parts) if not plan.part_path(i).exists()]
 
@@ -307,9 +328,12 @@ def run(plan: RunPlan, jobs: int = -1, backend: str = "loky", scheduler: str | N
         created_top = _make_directory(plan.out_dir)
         lock = lock_directory(plan.out_dir)
         _check_existing(plan, resume, feasible_only)
-        for stale in plan.out_dir.glob(".part-*.tmp-*"):
+        for stale in [*plan.out_dir.glob(".part-*.tmp-*"), *plan.out_dir.glob(f".{COMPLETE_FILE}.tmp-*")]:
             stale.unlink()
-        for i, why in bad_parts(plan):
+        bad = bad_parts(plan)
+        if bad or missing_parts(plan):  # the dataset changes: incomplete until this run marks it again
+            (plan.out_dir / COMPLETE_FILE).unlink(missing_ok=True)
+        for i, why in bad:
             say(f"{plan.part_path(i)}: {why}; recomputing it")
             plan.part_path(i).unlink()
         created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -343,8 +367,10 @@ def run(plan: RunPlan, jobs: int = -1, backend: str = "loky", scheduler: str | N
                 rows += written
                 done += 1
                 bar.update(points)
-        if plan.keep.reduces and not missing_parts(plan):
-            rows = merge_parts(plan)
+        if not missing_parts(plan):
+            if plan.keep.reduces:
+                rows = merge_parts(plan)
+            _write_complete_mark(plan)
     except BaseException:
         if done == 0 and wrote_spec and not any(plan.out_dir.glob("part-*.parquet")):  # nothing to resume
             if created_top is not None:

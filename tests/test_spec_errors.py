@@ -307,7 +307,7 @@ def test_valid_spec_writes_spec_file_and_parts_then_refuses_to_overwrite_without
     assert "_spec.yaml" in files
     parts = [f for f in files if f.startswith("part-") and f.endswith(".parquet")]
     assert parts == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]  # 8 points, 3 a part
-    assert set(files) == {"_spec.yaml", ".dse.lock", *parts}, "no temporary files are left behind"
+    assert set(files) == {"_spec.yaml", "_complete.yaml", ".dse.lock", *parts}, "no temporary files are left behind"
     doc = yaml.safe_load((out / "_spec.yaml").read_text(encoding="utf-8"))
     assert doc["points"] == 8 and doc["part_size"] == 3 and doc["parts"] == 3
     assert doc["spec"]["constraints"]["filters"] == ["tp * pp <= 2"]

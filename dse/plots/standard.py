@@ -84,10 +84,10 @@ def draw_standard_figures(results_dir: str | Path, out_dir: str | Path, model: s
     * ``roofline_MODEL_SYSTEM.png``: the layer operations of that pair's best row on its GPU's roofline.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     frame = load_results(results_dir)
     if frame.empty:
         raise ValueError(f"{results_dir}: no feasible row to draw")
+    out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 
     def emit(data: pd.DataFrame, png: Path) -> None:
