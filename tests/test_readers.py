@@ -30,3 +30,36 @@ def test_info_pareto_plot_read_a_dataset_of_each_task(tmp_path, capsys, task):
     assert main(["plot", str(out), "-o", str(tmp_path / "figures")]) == 0
     assert list((tmp_path / "figures").glob("*.png"))
     capsys.readouterr()
+
+
+@pytest.fixture(scope="module")
+def small_results(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("readers")
+    spec = d / "small.yaml"
+    spec.write_text(yaml.safe_dump(SMALL))
+    assert main(["run", str(spec), "-o", str(d / "results"), "-q", "--jobs", "1"]) == 0
+    return d / "results"
+
+
+@pytest.mark.parametrize("column", ["gpus", "tp", "mem_total_bytes"])
+def test_info_ranks_by_an_input_column_or_a_shown_one(small_results, capsys, column):
+    """Issue 24: `dse info --metric gpus` ("fewest GPUs") failed with "column label 'gpus' is not unique"."""
+    capsys.readouterr()
+    assert main(["info", str(small_results), "--metric", column, "--by", "", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert f"best 3 by {column} (lowest first):" in out
+    table = out[out.index("(lowest first):"):].splitlines()[1:]
+    header = table[0].split()
+    name = "mem_GB" if column == "mem_total_bytes" else column
+    assert header.count(name) == 1, header
+    values = [float(line.split()[header.index(name)]) for line in table[1:]]
+    assert values == sorted(values)
+
+
+@pytest.mark.parametrize("column,fragment", [("model", "column 'model' of"), ("fits", "column 'fits' of"),
+                                             ("nope", "value 'nope' is not a column of")])
+def test_info_metric_that_cannot_rank_exits_2_naming_the_allowed_columns(small_results, capsys, column, fragment):
+    assert main(["info", str(small_results), "--metric", column]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and fragment in err and "allowed: a metric (step_time_s" in err
+    assert "numeric input (gpus, tp," in err
