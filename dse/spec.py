@@ -322,6 +322,8 @@ class _Elementwise(ast.NodeTransformer):
         return node
 
 
+#: Largest filter number: filters compare float64 columns, so an integer literal is converted to a float.
+_FLOAT_MAX = int(np.finfo(np.float64).max)
 #: Bounds of one filter expression (longer or deeper ones are refused before they reach the compiler).
 MAX_FILTER_CHARS = 2000
 MAX_FILTER_DEPTH = 50
@@ -381,6 +383,11 @@ def parse_filter(path: str, key: str, text: object, categorical: Mapping[str, tu
                 or isinstance(node, ast.Constant) and isinstance(node.value, bool):
             raise SpecError(f"{path}: {key}: expression {_clip(text)} has constant {node.value!r}; "
                             f"allowed: {FILTER_HELP}")
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and abs(node.value) > _FLOAT_MAX:
+            digits = str(abs(node.value))
+            raise SpecError(f"{path}: {key}: expression {_clip(text, 60)} has a number of {len(digits):,} digits "
+                            f"({digits[:12]}...), too large for a float column; allowed: numbers of magnitude at most "
+                            f"{_FLOAT_MAX:.4g}")
     if not names:
         raise SpecError(f"{path}: {key}: expression {_clip(text)} names no column; allowed: {FILTER_HELP}")
 

@@ -165,6 +165,8 @@ CORPUS: dict[str, Bad] = {
                                   allowed=("a mapping with keys",)),
     "filter_huge_exponent": Bad(with_filters("tp > 9**9**9"), key=("constraints.filters[0]",),
                                 value=("'tp > 9**9**9'",), allowed=("an exponent must be a number between",)),
+    "filter_number_beyond_float": Bad(with_filters("tp < " + "9" * 1900), key=("constraints.filters[0]",),
+                                      value=("1,900 digits",), allowed=("numbers of magnitude at most 1.798e+308",)),
     "constraints_unknown_key": Bad(spec_text(constraints={"fits": True}), key=("constraints", "'fits'"),
                                    allowed=("divisible, tp_within_scaleup, filters",)),
     "divisible_not_a_bool": Bad(spec_text(constraints={"divisible": "yes please"}), key=("constraints.divisible",),
