@@ -1,8 +1,9 @@
 """Command line: ``dse explain``, ``dse validate``, ``dse calibrate``, ``dse run``, ``dse info``, ``dse models``,
 ``dse systems``.
 
-Exit status: 0 success; 1 a validated file is over ``--max-mape``; 2 bad input (the message names the file,
-the row or key, the bad value and what is allowed).
+Exit status: 0 success; 1 a validated file is over ``--max-mape``; 2 bad input or a failed write (the message
+names the file, the row or key, the bad value and what is allowed); 130 interrupted by Ctrl-C (128 + SIGINT, as
+a shell reports it; a run keeps its complete parts and names the ``--resume`` command).
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ EXPLAIN_OPTIONS: dict[str, str] = {
     "request_rate": "requests/s offered (serve; empty: maximum load)",
     "kv_precision": "auto|fp16|bf16|fp8|int8|int4",
 }
+
+
+#: Exit status after Ctrl-C (128 + SIGINT).
+INTERRUPTED = 130
 
 
 class CliError(Exception):
@@ -529,6 +534,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (InputError, CliError, SpecError) as exc:
             print(f"dse {args.command}: error: {exc}", file=sys.stderr)
             return 2
+        except KeyboardInterrupt as exc:  # Ctrl-C: one line, the shell's status for SIGINT
+            print(f"dse {args.command}: interrupted" + (f": {exc}" if str(exc) else ""), file=sys.stderr)
+            return INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ the package version and the creation time in its Parquet key-value metadata.  ``
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import json
 import os
 import shutil
@@ -63,6 +65,10 @@ class RunError(SpecError):
     """A sweep that cannot start (existing results, limits); exit status 2, nothing written."""
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run, with what was kept and how to go on (``dse`` prints it, exit status 130)."""
+
+
 @dataclass(frozen=True)
 class RunPlan:
     spec: Spec
@@ -101,8 +107,43 @@ def write_part(plan: RunPlan, i: int, created: str, feasible_only: bool) -> tupl
 def _write_atomic(plan: RunPlan, i: int, table: pa.Table) -> None:
     final = plan.part_path(i)
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-    pq.write_table(table, tmp, **parquet_options(plan.spec))
-    os.replace(tmp, final)
+    try:
+        pq.write_table(table, tmp, **parquet_options(plan.spec))
+        os.replace(tmp, final)
+    except BaseException:  # a full disk, Ctrl-C: no half-written temporary part stays behind
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    """``text`` into ``path`` under a temporary name renamed when complete (removed if the write fails)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def _resume_hint(plan: RunPlan) -> str:
+    from dse.dataset import resume_command
+
+    return resume_command(plan.out_dir, {"source": plan.spec.path, "part_size": plan.part_size,
+                                         "keep": plan.keep.text, "spec": plan.spec.resolved})
+
+
+def _write_error(plan: RunPlan, exc: OSError, done: int, todo: int) -> RunError:
+    """A write that failed (a full disk, a quota, a read-only file system) as one line: what, where, and how to
+    go on."""
+    reason = os.strerror(exc.errno) if exc.errno else " ".join(str(exc).split())[:200]
+    where = exc.filename or plan.out_dir
+    kept = (f"{done} of {todo} parts written by this run are kept" if done else "no part written by this run")
+    return RunError(f"{where}: cannot write the dataset: {reason} [{errno.errorcode.get(exc.errno or 0, 'OSError')}] "
+                    f"({kept}); allowed: free space on that file system (or make it writable), then "
+                    f"`{_resume_hint(plan)}`")
 
 
 def merge_parts(plan: RunPlan) -> int:
@@ -257,9 +298,7 @@ def _write_spec_file(plan: RunPlan, created: str, feasible_only: bool) -> bool:
     doc = {"spec": plan.spec.resolved, "spec_digest": plan.spec.digest(), "source": plan.spec.path,
            "dse_version": __version__, "created": created, "points": plan.n_points, "part_size": plan.part_size,
            "parts": plan.n_parts, "feasible_only": plan.keep.feasible_only, "keep": plan.keep.text}
-    tmp = spec_file.with_name(f".{SPEC_FILE}.tmp-{os.getpid()}")
-    tmp.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-    os.replace(tmp, spec_file)
+    _write_text_atomic(spec_file, yaml.safe_dump(doc, sort_keys=False))
     return True
 
 
@@ -268,10 +307,7 @@ def _write_complete_mark(plan: RunPlan) -> None:
     rows = sum(pq.ParquetFile(plan.part_path(i)).metadata.num_rows for i in range(plan.n_parts))
     doc = {"complete": True, "spec_digest": plan.spec.digest(), "parts": plan.n_parts, "rows": rows,
            "keep": plan.keep.text, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    mark = plan.out_dir / COMPLETE_FILE
-    tmp = mark.with_name(f".{COMPLETE_FILE}.tmp-{os.getpid()}")
-    tmp.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-    os.replace(tmp, mark)
+    _write_text_atomic(plan.out_dir / COMPLETE_FILE, yaml.safe_dump(doc, sort_keys=False))
 
 
 def missing_parts(plan: RunPlan) -> list[int]:
@@ -340,7 +376,7 @@ def run(plan: RunPlan, jobs: int = -1, backend: str = "loky", scheduler: str | N
         if (plan.out_dir / SPEC_FILE).exists():
             created = str(read_spec_file(plan.out_dir).get("created", created))
         wrote_spec = _write_spec_file(plan, created, feasible_only)
-    except BaseException:
+    except BaseException as exc:
         if lock is not None:  # only the lock holder may remove what it created (another run may own -o)
             if created_top is not None:
                 shutil.rmtree(created_top, ignore_errors=True)
@@ -349,6 +385,8 @@ def run(plan: RunPlan, jobs: int = -1, backend: str = "loky", scheduler: str | N
             lock.release()
         if client is not None:
             client.close()
+        if isinstance(exc, OSError):
+            raise _write_error(plan, exc, 0, 0) from None
         raise
     todo = missing_parts(plan)
     show = sys.stderr.isatty() if progress is None else progress
@@ -371,12 +409,25 @@ def run(plan: RunPlan, jobs: int = -1, backend: str = "loky", scheduler: str | N
             if plan.keep.reduces:
                 rows = merge_parts(plan)
             _write_complete_mark(plan)
-    except BaseException:
+    except BaseException as exc:
+        # the workers are gone (joblib ends them on an error or Ctrl-C); the temporary parts of those it
+        # stopped mid-write are ours to remove (we hold the lock)
+        for stale in plan.out_dir.glob(".part-*.tmp-*"):
+            with contextlib.suppress(OSError):
+                stale.unlink()
         if done == 0 and wrote_spec and not any(plan.out_dir.glob("part-*.parquet")):  # nothing to resume
             if created_top is not None:
                 shutil.rmtree(created_top, ignore_errors=True)
             else:
                 (plan.out_dir / SPEC_FILE).unlink(missing_ok=True)
+        written = sum(plan.part_path(i).exists() for i in todo)  # also those done but not yet reported
+        if isinstance(exc, OSError):
+            raise _write_error(plan, exc, written, len(todo)) from None
+        if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, RunInterrupted):
+            if not plan.out_dir.exists():
+                raise RunInterrupted(f"{plan.out_dir}: nothing written") from None
+            raise RunInterrupted(f"{plan.out_dir}: {written} of {len(todo)} parts written by this run are kept, "
+                                 f"the dataset is incomplete; finish it with `{_resume_hint(plan)}`") from None
         raise
     finally:
         bar.close()
