@@ -371,6 +371,8 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     from dse.pareto import parse_objectives
     from dse.pareto_report import format_front, run_pareto
 
+    targets = [(opt, path) for opt, path in (("-o", args.output), ("--figure", args.figure)) if path is not None]
+    _check_writable(targets)
     try:
         objectives = parse_objectives(args.objectives)
         by = [c for c in (args.by or "").split(",") if c]
@@ -378,6 +380,8 @@ def cmd_pareto(args: argparse.Namespace) -> int:
                                     feasible_only=not args.all_rows)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
+    except OSError as exc:
+        raise CliError(_write_failure(targets, exc)) from exc
     print(format_front(front, objectives, by, top=args.top))
     for path in written:
         print(f"wrote {path}")
@@ -388,13 +392,37 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from dse.plots import draw_standard_figures
 
     out = args.output or f"results/figures/{Path(args.results).name}"
+    targets = [("-o", out)]
+    _check_writable(targets, directory=True)
     try:
         written = draw_standard_figures(args.results, out, model=args.model, system=args.system)
     except (ValueError, KeyError) as exc:
         raise CliError(str(exc)) from exc
+    except OSError as exc:
+        raise CliError(_write_failure(targets, exc)) from exc
     for path in written:
         print(f"wrote {path} (data: {path.with_suffix('.parquet').name})")
     return 0
+
+
+def _check_writable(targets: Sequence[tuple[str, str]], directory: bool = False) -> None:
+    """Refuse an output option whose directory cannot be written, before any work (exit 2)."""
+    from dse.outputs import unwritable
+
+    for option, path in targets:
+        folder = Path(path) if directory else Path(path).parent
+        if directory and Path(path).exists() and not Path(path).is_dir():
+            raise CliError(f"{option} {path}: is a file; allowed: a directory (new or existing)")
+        why = unwritable(folder)
+        if why is not None:
+            raise CliError(f"{option} {path}: cannot write there ({why}); allowed: a writable path")
+
+
+def _write_failure(targets: Sequence[tuple[str, str]], exc: OSError) -> str:
+    from dse.outputs import write_error
+
+    option, path = targets[0] if targets else ("output", "")
+    return write_error(option, path, exc)
 
 
 def cmd_models(args: argparse.Namespace) -> int:

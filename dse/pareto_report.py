@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from dse.dataset import load_results
+from dse.outputs import write_atomic
 from dse.pareto import Objective, as_objectives, pareto_front
 from dse.plots import describe, draw_pareto, pareto_data
 
@@ -35,12 +36,9 @@ def write_table(frame: pd.DataFrame, path: str | Path) -> Path:
     if out.suffix.lower() not in TABLE_SUFFIXES:
         raise ValueError(f"output {str(out)!r}: suffix {out.suffix or '(none)'!r} is not allowed; allowed: "
                          f"{', '.join(TABLE_SUFFIXES)}")
-    out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix.lower() == ".csv":
-        frame.to_csv(out, index=False)
-    else:
-        frame.to_parquet(out, index=False)
-    return out
+        return write_atomic(out, lambda tmp: frame.to_csv(tmp, index=False))
+    return write_atomic(out, lambda tmp: frame.to_parquet(tmp, index=False))
 
 
 def format_front(front: pd.DataFrame, objectives: Sequence[Objective], by: Sequence[str] = (), top: int = 20) -> str:
@@ -96,6 +94,6 @@ def run_pareto(results: str | Path, objectives: str | Iterable[str | Objective],
         png = draw_pareto(data, objs, figure, facet=facet, hue=hue)
         # the figure's data (front and a sample of the cloud) under its own name, never the front's file
         data_path = png.with_name(f"{png.stem}.plot-data.parquet")
-        data.to_parquet(data_path, index=False)
+        write_atomic(data_path, lambda tmp: data.to_parquet(tmp, index=False))
         written += [png, data_path]
     return front, written

@@ -63,3 +63,63 @@ def test_info_metric_that_cannot_rank_exits_2_naming_the_allowed_columns(small_r
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and fragment in err and "allowed: a metric (step_time_s" in err
     assert "numeric input (gpus, tp," in err
+
+
+@pytest.fixture
+def read_only_dir(tmp_path, monkeypatch) -> Path:
+    """A directory nobody may write (mode 555; for root, who may, os.access is told so as it would be for
+    anyone else)."""
+    import os
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    if os.geteuid() == 0:
+        real = os.access
+        monkeypatch.setattr("dse.outputs.os.access", lambda p, mode: Path(p) != ro and real(p, mode))
+    yield ro
+    ro.chmod(0o755)
+
+
+OBJ = ["--objectives", "step_time_s:min", "gpus:min"]
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["pareto", "{res}", *OBJ, "-o", "{ro}/front.csv"], "dse pareto: error: -o {ro}/front.csv: cannot write there "
+                                                          "({ro} is not writable); allowed: a writable path"),
+    (["pareto", "{res}", *OBJ, "--figure", "{ro}/f.png"], "dse pareto: error: --figure {ro}/f.png: cannot write "
+                                                            "there ({ro} is not writable)"),
+    (["plot", "{res}", "-o", "{ro}/figs"], "dse plot: error: -o {ro}/figs: cannot write there ({ro} is not "
+                                           "writable)"),
+    (["plot", "{res}", "-o", "{ro}"], "dse plot: error: -o {ro}: cannot write there ({ro} is not writable)"),
+    (["pareto", "{res}", *OBJ, "-o", "/proc/dse-nosuch/front.csv"], "dse pareto: error: -o /proc/dse-nosuch/front"
+                                                                    ".csv: cannot write /proc/dse-nosuch: "),
+    (["plot", "{res}", "-o", "/proc/dse-nosuch"], "dse plot: error: -o /proc/dse-nosuch: cannot write "),
+])
+def test_outputs_that_cannot_be_written_exit_2_with_one_line(small_results, read_only_dir, capsys, argv, fragment):
+    """Issue 24: `dse plot -o` / `dse pareto -o` on a read-only directory ended in a traceback."""
+    capsys.readouterr()
+    fill = {"res": str(small_results), "ro": str(read_only_dir)}
+    assert main([a.format(**fill) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(fragment.format(**fill)), err
+    assert list(read_only_dir.iterdir()) == []
+
+
+def test_a_write_that_fails_midway_leaves_no_half_file(small_results, tmp_path, capsys, monkeypatch):
+    import errno
+
+    from matplotlib.figure import Figure
+
+    def read_only(self, fname, **kw):
+        Path(fname).write_bytes(b"\x89PNG half")
+        raise OSError(errno.EROFS, "Read-only file system", str(fname))
+
+    monkeypatch.setattr(Figure, "savefig", read_only)
+    for argv in (["pareto", str(small_results), *OBJ, "-o", str(tmp_path / "p" / "front.csv")],
+                 ["plot", str(small_results), "-o", str(tmp_path / "figs")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and ": Read-only file system; allowed: a writable directory" in err, err
+    left = [p.name for p in tmp_path.rglob("*") if p.is_file()]
+    assert not [n for n in left if ".tmp-" in n or n.endswith(".png")], left

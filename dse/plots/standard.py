@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from dse.dataset import load_results
+from dse.outputs import write_atomic
 from dse.plots.data import (
     best_rows,
     breakdown_data,
@@ -44,9 +45,7 @@ def write_plot_data(data: pd.DataFrame, png: Path) -> Path:
     for col in frame.columns:
         if isinstance(frame[col].dtype, pd.CategoricalDtype):
             frame[col] = frame[col].astype(str)
-    out = png.with_suffix(".parquet")
-    frame.to_parquet(out, index=False)
-    return out
+    return write_atomic(png.with_suffix(".parquet"), lambda tmp: frame.to_parquet(tmp, index=False))
 
 
 def _slug(*parts: object) -> str:
