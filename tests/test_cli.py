@@ -623,3 +623,17 @@ def test_pareto_and_plot_commands_on_a_small_sweep(tmp_path, capsys):
     assert main(["pareto", str(res), "--objectives", "step_time_s:fastest"]) == 2
     err = capsys.readouterr().err
     assert "step_time_s:fastest" in err and "min" in err and "max" in err
+
+
+@pytest.mark.parametrize("glob", ["narayanan2021*gpt-1.7b", "narayanan*gpt*1.7b*", "*t1-*-1.7?",
+                                  "narayanan2021-t1-gpt-1.[7]b"])
+def test_validate_assume_globs_with_several_wildcards(capsys, in_repo, tmp_path, glob):
+    """Issue 24: a glob with two ``*`` became a regular expression pyarrow's RE2 refuses (a traceback)."""
+    rules = tmp_path / "assume.yaml"
+    rules.write_text(f'- cases: "{glob}"\n  set: {{micro_batch: 16, vpp: 1}}\n  source: test\n', encoding="utf-8")
+    code, out, err = run(capsys, "validate", "--json", "--assume", str(rules),
+                         "tests/reference/megatron_narayanan2021_table1.csv")
+    assert (code, err) == (0, "")
+    assumed = {c["case"]: c.get("assumed", {}) for c in json.loads(out)["cases"]}
+    assert assumed["narayanan2021-t1-gpt-1.7b"] == {"micro_batch": 16, "vpp": 1}
+    assert [c for c, a in assumed.items() if a] == ["narayanan2021-t1-gpt-1.7b"]
