@@ -113,7 +113,8 @@ def test_merge_is_idempotent_on_a_half_merged_dataset(tmp_path, spec_path, full)
 
 
 @pytest.mark.parametrize("value", ["pareto", "pareto:step_time_s", "pareto:nope:min", "top:0:mfu", "top:3",
-                                   "top:x:mfu", "top:3:mfu:up", "best", "feasible:1", "pareto:model:min"])
+                                   "top:x:mfu", "top:3:mfu:up", "best", "feasible:1", "pareto:model:min",
+                                   "pareto:step_time_s:min,gpus:min,by=model,by=system"])
 def test_bad_keep_values_exit_2_and_write_nothing(tmp_path, spec_path, capsys, value):
     out = tmp_path / "bad"
     assert main(["run", str(spec_path), "-o", str(out), "-q", "--keep", value]) == 2
@@ -266,3 +267,13 @@ def test_a_resume_that_changes_a_part_removes_the_mark_first(tmp_path, spec_path
     with pytest.raises(KeyboardInterrupt):
         runner.run(runner.prepare(spec, out, part_size=100, keep=TOP, resume=True), jobs=1, progress=False)
     assert not (out / COMPLETE_FILE).exists()
+
+
+def test_keep_by_given_twice_is_refused_not_the_last_one_kept(tmp_path, spec_path, capsys):
+    """Issue 24: ``by=model,by=system`` kept one front per system while _spec.yaml recorded both."""
+    assert main(["run", str(spec_path), "-o", str(tmp_path / "o"), "-q", "--keep",
+                 "top:3:mfu,by=model,by=system"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "gives 'by=' twice; allowed: one by= naming every column, joined by '+' " \
+        "(by=model+system)" in err, err
+    assert not (tmp_path / "o").exists()
