@@ -359,9 +359,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_top(top: int) -> None:
+    if top < 1:
+        raise CliError(f"--top: value {top} is not allowed; allowed: an integer >= 1 (rows shown)")
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     from dse.info import format_info
 
+    _check_top(args.top)
     by = None if args.by is None else tuple(c for c in args.by.split(",") if c)
     print(format_info(args.results, metric=args.metric, top=args.top, by=by))
     return 0
@@ -371,6 +377,7 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     from dse.pareto import parse_objectives
     from dse.pareto_report import format_front, run_pareto
 
+    _check_top(args.top)
     targets = [(opt, path) for opt, path in (("-o", args.output), ("--figure", args.figure)) if path is not None]
     _check_writable(targets)
     try:

@@ -123,3 +123,13 @@ def test_a_write_that_fails_midway_leaves_no_half_file(small_results, tmp_path, 
         assert err.count("\n") == 1 and ": Read-only file system; allowed: a writable directory" in err, err
     left = [p.name for p in tmp_path.rglob("*") if p.is_file()]
     assert not [n for n in left if ".tmp-" in n or n.endswith(".png")], left
+
+
+@pytest.mark.parametrize("argv", [["info", "{res}", "--top", "0"], ["info", "{res}", "--top", "-2", "--by", ""],
+                                  ["pareto", "{res}", *OBJ, "--top", "0"]])
+def test_top_below_one_exits_2(small_results, capsys, argv):
+    """Issue 24: `dse info --top 0` printed an empty table; --top -2 printed all rows but the last two."""
+    capsys.readouterr()
+    assert main([a.format(res=small_results) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--top: value " in err and "allowed: an integer >= 1" in err, err
