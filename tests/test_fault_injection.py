@@ -342,3 +342,21 @@ def test_ctrl_c_during_a_run_exits_130_with_one_line_and_resume_finishes_it(tmp_
                          timeout=120)
     assert res.returncode == 0, res.stderr
     assert content_hash(out) == reference["faults"]
+
+
+def test_tiny_chunks_warn_and_absurd_part_counts_are_refused(cwd, capsys):
+    """Issue 24: --chunk-size 1 silently wrote one Parquet file (~20 KB of schema and footer) per point."""
+    spec = resolve_spec(SPEC, "spec.yaml")
+    runner.prepare(spec, cwd / "tiny", part_size=5)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("--chunk-size: warning: 1,383 parts of 5 point(s) each"), err
+    runner.prepare(spec, cwd / "fine", part_size=100)
+    assert capsys.readouterr().err == ""
+    (cwd / "wide.yaml").write_text(yaml.safe_dump(dict(SPEC, grid={**SPEC["grid"],
+                                                                   "global_batch": {"start": 1, "stop": 20}})))
+    assert main(["run", "wide.yaml", "-o", "wide", "--chunk-size", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--chunk-size: value 1 splits the 138,240 points into 138,240 parts (one Parquet file each); allowed: " \
+           "at most 100,000 parts of fewer than 1,000 points, a --chunk-size of at least 2 (default 262,144)" \
+           in err, err
+    assert sorted(p.name for p in cwd.iterdir()) == ["spec.yaml", "wide.yaml"]
