@@ -140,6 +140,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if task not in ("train", "infer", "serve"):
         raise CliError(f"explain: {origin['task']} {config['task']!r} is not allowed; allowed: train, infer, serve")
     config["task"] = task
+    _check_serving_keys(config, origin, task)
     overrides = _calibration(args)
     row = explain_row(config, overrides)
     _refuse_what_does_not_divide(row, "dp" in config)
@@ -173,6 +174,22 @@ def cmd_explain(args: argparse.Namespace) -> int:
     else:
         print(format_explain(row))
     return 0
+
+
+def _check_serving_keys(config: dict[str, object], origin: dict[str, str], task: str) -> None:
+    """A stack of the other task, or prefill_tp without a prefill pool, would silently mean the defaults."""
+    from dse.spec import stack_task_mismatch, stacks_for_task
+    from dse.stacks import stack_names
+
+    stack = str(config.get("stack", "")).strip().lower()
+    if stack in stack_names():
+        why = stack_task_mismatch(stack, task)
+        if why:
+            raise CliError(f"explain: {origin['stack']} {config['stack']!r} is not allowed with task {task!r} ({why}); "
+                           f"allowed: {', '.join(stacks_for_task(task))}")
+    if task == "serve" and "prefill_tp" in config and "prefill_gpus" not in config:
+        raise CliError(f"explain: {origin['prefill_tp']} is given without --prefill-gpus, so there is no prefill pool "
+                       "for it to split; allowed: --prefill-gpus with it (disaggregated prefill), or neither")
 
 
 def _refuse_what_does_not_divide(row: pd.Series, dp_given: bool) -> None:

@@ -551,7 +551,37 @@ def _subgrid(path: str, key: str, raw: object, model_names: tuple[str, ...],
             ints = _int_values(path, akey, value, lo, hi)
             axes.append(Axis(name, np.asarray(ints, dtype=np.float64)))
             resolved[name] = ints
+    if task == "serve" and "prefill_tp" in raw and "prefill_gpus" not in raw:
+        raise SpecError(f"{path}: {key}.prefill_tp: given without {key}.prefill_gpus, so no point has a prefill pool "
+                        f"for it to split; allowed: prefill_gpus with it (disaggregated prefill), or neither")
+    for stack in resolved.get("stack", []):
+        why = stack_task_mismatch(stack, task)
+        if why:
+            raise SpecError(f"{path}: {key}.stack: value {stack!r} is not allowed on a {task!r} spec ({why}); "
+                            f"allowed: {', '.join(stacks_for_task(task))}")
     return SubGrid(tuple(axes)), resolved
+
+
+def _training_stack(stack: str) -> bool:
+    from dse.stacks import TRAIN_KNOBS, profile
+
+    return any(k in TRAIN_KNOBS for k in profile(stack))
+
+
+def stack_task_mismatch(stack: str, task: str) -> str | None:
+    """Why ``stack`` cannot fill a ``task`` configuration, or None.  A training stack (its profile sets training
+    knobs: dse/stacks.csv) fills nothing of a serving engine, and an inference engine nothing of a training run,
+    so either on the other task would silently mean the defaults."""
+    training = _training_stack(stack)
+    if task == "train" and not training:
+        return "an inference stack: it sets no training knob"
+    if task != "train" and training:
+        return "a training stack: it sets no serving-engine setting"
+    return None
+
+
+def stacks_for_task(task: str) -> list[str]:
+    return [s for s in stack_names() if stack_task_mismatch(s, task) is None]
 
 
 def load_spec(path: str | Path) -> Spec:

@@ -637,3 +637,30 @@ def test_validate_assume_globs_with_several_wildcards(capsys, in_repo, tmp_path,
     assumed = {c["case"]: c.get("assumed", {}) for c in json.loads(out)["cases"]}
     assert assumed["narayanan2021-t1-gpt-1.7b"] == {"micro_batch": 16, "vpp": 1}
     assert [c for c, a in assumed.items() if a] == ["narayanan2021-t1-gpt-1.7b"]
+
+
+SERVE_ARGS = ["--task", "serve", "--model", "llama3-8b", "--system", "h100-sxm-80gb", "--tp", "1", "--input-len",
+              "1000", "--output-len", "100"]
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    ([*SERVE_ARGS, "--stack", "megatron-lm-2021"], "--stack 'megatron-lm-2021' is not allowed with task 'serve' (a "
+                                                   "training stack: it sets no serving-engine setting); allowed: "),
+    (["--model", "llama3-8b", "--system", "h100-sxm-80gb", "--gpus", "8", "--tp", "1", "--pp", "1", "--seq-len",
+      "4096", "--global-batch", "64", "--stack", "vllm-0.11"], "--stack 'vllm-0.11' is not allowed with task "
+                                                               "'train' (an inference stack"),
+    ([*SERVE_ARGS, "--prefill-tp", "2"], "--prefill-tp is given without --prefill-gpus"),
+])
+def test_explain_refuses_what_would_silently_mean_the_defaults(capsys, argv, fragment):
+    """Issue 24: a training stack on a serving configuration (and prefill_tp without a prefill pool) filled
+    nothing and said nothing."""
+    code, _, err = run(capsys, "explain", *argv)
+    assert code == 2 and fragment in error_line(err, "explain"), err
+
+
+def test_explain_serving_with_its_own_stack_and_a_prefill_pool_runs(capsys):
+    code, out, err = run(capsys, "explain", *SERVE_ARGS, "--stack", "vllm-0.11")
+    assert (code, err) == (0, ""), err
+    code, out, err = run(capsys, "explain", *SERVE_ARGS, "--prefill-gpus", "2", "--prefill-tp", "2")
+    assert (code, err) == (0, ""), err
+

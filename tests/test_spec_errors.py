@@ -39,6 +39,11 @@ def base_grid(**axes: Any) -> dict[str, Any]:
     return grid
 
 
+#: A tiny valid serving sub-grid.
+SERVE_GRID: dict[str, Any] = {"model": "llama3-8b", "system": "h100-sxm-80gb", "tp": 1, "input_len": 1000,
+                              "output_len": 100}
+
+
 def dump(doc: object) -> str:
     return yaml.safe_dump(doc, sort_keys=False, default_flow_style=None)
 
@@ -154,6 +159,15 @@ CORPUS: dict[str, Bad] = {
                         allowed=("train, infer, serve",)),
     "training_key_in_inference_grid": Bad(spec_text(task="infer"), key=("grid",),
                                           allowed=("task 'infer'", "batch, input_len, output_len")),
+    "training_stack_on_serve_spec": Bad(spec_text(SERVE_GRID | {"stack": "megatron-lm-2021"}, task="serve"),
+                                        key=("grid.stack",), value=("'megatron-lm-2021'", "a training stack"),
+                                        allowed=("tensorrt-llm-1.0, vllm-0.11",)),
+    "serving_stack_on_train_spec": Bad(spec_text(base_grid(stack=["nemo-24.07", "vllm-0.11"])), key=("grid.stack",),
+                                       value=("'vllm-0.11'", "an inference stack"),
+                                       allowed=("megatron-lm-2021", "nemo-24.07")),
+    "prefill_tp_without_prefill_gpus": Bad(spec_text(SERVE_GRID | {"prefill_tp": [1, 2]}, task="serve"),
+                                           key=("grid.prefill_tp", "grid.prefill_gpus"),
+                                           allowed=("prefill_gpus with it (disaggregated prefill), or neither",)),
     "name_escapes_results": Bad(spec_text(name="../x"), key=("name",), value=("'../x'",),
                                 allowed=("letters, digits",)),
     "description_not_text": Bad(spec_text(description=["a", "b"]), key=("description",), value=("['a', 'b']",),
