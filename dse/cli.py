@@ -144,6 +144,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
     overrides = _calibration(args)
     row = explain_row(config, overrides)
     _refuse_what_does_not_divide(row, "dp" in config)
+    if task != "train" and args.json:
+        from dse.explain import one_output_token
+
+        if one_output_token(row):  # one output token: no time per output token (null in JSON)
+            row = row.copy()
+            row[[c for c in ("tpot_s", "tokens_per_s_per_user") if c in row.index]] = np.nan
     if task == "serve":
         from dse.explain import format_explain_serve
 

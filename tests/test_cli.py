@@ -664,3 +664,22 @@ def test_explain_serving_with_its_own_stack_and_a_prefill_pool_runs(capsys):
     code, out, err = run(capsys, "explain", *SERVE_ARGS, "--prefill-gpus", "2", "--prefill-tp", "2")
     assert (code, err) == (0, ""), err
 
+
+@pytest.mark.parametrize("task,extra", [("serve", []), ("infer", ["--batch", "8"])])
+def test_explain_prints_no_tpot_for_one_output_token(capsys, task, extra):
+    """Issue 24: with output_len 1 explain printed a time per output token for a request that has no second
+    token (the decode iteration's time)."""
+    argv = [*SERVE_ARGS[2:], "--task", task, *extra]
+    argv[argv.index("--output-len") + 1] = "1"
+    code, out, err = run(capsys, "explain", *argv)
+    assert (code, err) == (0, "")
+    (line,) = [ln for ln in out.splitlines() if "time per output token" in ln]
+    assert " none " in line and "output_len 1: the prefill makes the only token" in line, line
+    if task == "infer":  # no decode step to split, no decode ops
+        assert "decode step, split" not in out and not re.search(r"^\s*decode\s", out, re.M)
+    code, out, _ = run(capsys, "explain", *argv, "--json")
+    payload = json.loads(out)["configuration_and_outputs"]
+    assert payload["tpot_s"] is None and payload.get("tokens_per_s_per_user") is None
+    argv[argv.index("--output-len") + 1] = "2"
+    code, out, _ = run(capsys, "explain", *argv)
+    assert re.search(r"time per output token.*\d ms", out)
