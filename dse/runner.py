@@ -195,9 +195,12 @@ def _check_any_point(plan: RunPlan, feasible_only: bool) -> bool:
             return True
     if plan.n_points > PROBE_POINTS:
         return False
+    from dse.sweep import reasons_before_constraints
+
     raise RunError(f"{plan.spec.path}: constraints: the grid's {plan.n_points:,} points all fail the constraints "
                    f"(divisible={plan.spec.divisible}, tp_within_scaleup={plan.spec.tp_within_scaleup}, filters="
-                   f"{[f.text for f in plan.spec.filters]}{', --feasible-only' if feasible_only else ''}); "
+                   f"{[f.text for f in plan.spec.filters]}{', --keep ' + plan.keep.text if feasible_only else ''}); "
+                   f"the model's answers before them: {reasons_before_constraints(plan.spec, grid, windows)}; "
                    "allowed: constraints that keep at least one point")
 
 
