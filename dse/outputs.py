@@ -47,3 +47,32 @@ def write_error(option: str, target: str | Path, exc: OSError) -> str:
     reason = os.strerror(exc.errno) if exc.errno else " ".join(str(exc).split())[:200]
     where = exc.filename or target
     return f"{option} {target}: cannot write {where}: {reason}; allowed: a writable directory with free space"
+
+
+#: The PNG ``Software`` text that marks a figure as written by dse (see :func:`written_by_dse`).
+FIGURE_SOFTWARE = "dse"
+
+
+def figure_metadata() -> dict[str, str]:
+    """PNG text chunks of every figure dse draws."""
+    import matplotlib
+
+    from dse import __version__
+
+    return {"Software": f"{FIGURE_SOFTWARE} {__version__} (matplotlib {matplotlib.__version__})"}
+
+
+def written_by_dse(png: str | Path) -> bool:
+    """Whether the PNG at ``png`` is a figure dse drew: its ``Software`` text names dse, or (figures drawn before
+    that text existed) its plot data lies beside it as ``STEM.plot-data.parquet`` or ``STEM.parquet``."""
+    path = Path(png)
+    try:
+        from PIL import Image
+
+        with Image.open(path) as image:
+            software = str(image.info.get("Software", ""))
+    except Exception:  # noqa: BLE001 - not an image Pillow reads: not ours
+        software = ""
+    if software.startswith(f"{FIGURE_SOFTWARE} "):
+        return True
+    return path.with_name(f"{path.stem}.plot-data.parquet").exists() or path.with_suffix(".parquet").exists()

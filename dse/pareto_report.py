@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from dse.dataset import load_results
-from dse.outputs import write_atomic
+from dse.outputs import write_atomic, written_by_dse
 from dse.pareto import Objective, as_objectives, pareto_front
 from dse.plots import describe, draw_pareto, pareto_data
 
@@ -74,6 +74,10 @@ def run_pareto(results: str | Path, objectives: str | Iterable[str | Objective],
     objs = as_objectives(objectives)
     if output is not None and Path(output).suffix.lower() not in TABLE_SUFFIXES:
         write_table(pd.DataFrame(), output)  # raises the message naming the allowed suffixes
+    beside = Path(output).with_suffix(".png") if output is not None and figure is None else None
+    if beside is not None and beside.exists() and not written_by_dse(beside):
+        raise ValueError(f"-o {output}: would replace {beside}, which dse did not draw (the figure goes beside the "
+                         f"table); allowed: --figure PATH to draw it elsewhere, or move {beside.name} away")
     frame = load_results(results, feasible_only)
     front = pareto_front(frame, objs, by=list(by), feasible_only=feasible_only)
     front.attrs["varying"] = varying_inputs(frame)

@@ -133,3 +133,43 @@ def test_top_below_one_exits_2(small_results, capsys, argv):
     assert main([a.format(res=small_results) for a in argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--top: value " in err and "allowed: an integer >= 1" in err, err
+
+
+def test_pareto_does_not_replace_a_figure_it_did_not_draw(small_results, tmp_path, capsys):
+    """Issue 24: `dse pareto -o front.csv` overwrote an unrelated front.png without a word."""
+    from PIL import Image
+
+    mine = tmp_path / "front.png"
+    Image.new("RGB", (4, 4), "red").save(mine)
+    before = mine.read_bytes()
+    capsys.readouterr()
+    assert main(["pareto", str(small_results), *OBJ, "-o", str(tmp_path / "front.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"would replace {mine}, which dse did not draw" in err, err
+    assert "allowed: --figure PATH to draw it elsewhere" in err
+    assert mine.read_bytes() == before and not (tmp_path / "front.csv").exists()
+    assert main(["pareto", str(small_results), *OBJ, "-o", str(tmp_path / "front.csv"), "--figure",
+                 str(tmp_path / "drawn.png")]) == 0
+    assert mine.read_bytes() == before
+    mine.unlink()
+    for _ in range(2):  # its own figure beside the table is redrawn
+        assert main(["pareto", str(small_results), *OBJ, "-o", str(tmp_path / "front.csv")]) == 0
+    assert Image.open(mine).info["Software"].startswith("dse ")
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["--model", "nosuch"], "--model: value 'nosuch' is not a model of {res}; allowed: llama3-8b, mixtral-8x7b"),
+    (["--system", "b200"], "--system: value 'b200' is not a system of {res}; allowed: a100-sxm-80gb, h100-sxm-80gb"),
+])
+def test_plot_names_an_unknown_model_or_system_before_drawing(small_results, tmp_path, capsys, argv, fragment):
+    """Issue 24: `dse plot --model nosuch` said "no feasible row", after drawing half the figures."""
+    capsys.readouterr()
+    assert main(["plot", str(small_results), "-o", str(tmp_path / "figs"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and fragment.format(res=small_results) in err, err
+    assert not (tmp_path / "figs").exists()
+
+
+def test_plot_with_only_a_model_picks_a_system_that_has_it(small_results, tmp_path, capsys):
+    assert main(["plot", str(small_results), "-o", str(tmp_path / "figs"), "--model", "llama3-8b"]) == 0
+    assert len(list((tmp_path / "figs").glob("heatmap_tp_pp_llama3-8b_*.png"))) == 1
