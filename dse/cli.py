@@ -363,6 +363,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from dse.runner import DEFAULT_MAX_POINTS, check_options, prepare, run
     from dse.spec import load_spec
 
+    # loky's resource tracker (a process of its own) cleans the semaphores of workers stopped by an error or
+    # Ctrl-C, and then warns on the user's terminal in four lines; the cleanup is what matters
+    if "ignore:resource_tracker:UserWarning" not in sys.warnoptions:
+        sys.warnoptions.append("ignore:resource_tracker:UserWarning")
     max_points = DEFAULT_MAX_POINTS if args.max_points is None else args.max_points
     check_options(jobs=args.jobs, part_size=args.chunk_size, max_points=max_points, backend=args.backend)
     spec = load_spec(args.spec)

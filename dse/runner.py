@@ -415,8 +415,8 @@ def run(plan: RunPlan, jobs: int = -1, backend: str = "loky", scheduler: str | N
     rows = 0
     done = 0
     try:
-        config = parallel_config(backend="dask") if backend == "dask" else parallel_config(backend="loky",
-                                                                                               n_jobs=jobs)
+        config = parallel_config(backend="dask") if backend == "dask" else parallel_config(
+            backend="loky", n_jobs=jobs, initializer=_worker_ignores_ctrl_c)
         with config:
             par = Parallel(n_jobs=jobs if backend == "loky" else -1, return_as="generator_unordered")
             # workers get absolute paths: a reused loky worker keeps the working directory it started in
@@ -456,6 +456,14 @@ def run(plan: RunPlan, jobs: int = -1, backend: str = "loky", scheduler: str | N
             client.close()
     return {"points": sum(plan.part_range(i)[1] - plan.part_range(i)[0] for i in todo), "rows": rows,
             "parts": len(todo), "seconds": time.perf_counter() - t0}
+
+
+def _worker_ignores_ctrl_c() -> None:
+    """Loky workers ignore SIGINT: a terminal's Ctrl-C reaches the whole process group, and a worker would print
+    its own KeyboardInterrupt traceback; the parent stops them (and removes their temporary parts) instead."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _progress(plan: RunPlan, todo: list[int], show: bool):  # noqa: ANN202 - tqdm or a no-op
