@@ -356,3 +356,15 @@ def test_an_overloaded_grid_is_written_and_named_with_its_capacity(tmp_path, cap
     assert err.count("\n") == 1 and "the model's answers before them: overloaded 4 (offered 1,000 to 5,000 " \
         f"requests/s; the most any of them serves, at maximum load, is {capacity:,.3g} requests/s)" in err, err
     assert not (tmp_path / "kept").exists()
+
+
+@pytest.mark.parametrize("row,fragment", [
+    ({}, "missing column 'input_len' (required for task 'serve'"),
+    ({"input_len": None}, "column 'input_len': empty, but a value is required for task 'serve'"),
+])
+def test_a_serve_row_missing_input_len_names_task_serve(row, fragment):
+    """Issue 24: a serve row without input_len said "required for task 'infer'"."""
+    base = {k: v for k, v in BASE.items() if k != "input_len"}
+    with pytest.raises(InputError) as caught:
+        evaluate_serve(pd.DataFrame([{**base, **row}]), "cases.csv")
+    assert fragment in str(caught.value) and "'infer'" not in str(caught.value)
