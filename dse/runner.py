@@ -409,6 +409,8 @@ def run(plan: RunPlan, jobs: int = -1, backend: str = "loky", scheduler: str | N
             raise _write_error(plan, exc, 0, 0) from None
         raise
     todo = missing_parts(plan)
+    if backend == "loky" and todo:
+        remove_stale_shm()
     show = sys.stderr.isatty() if progress is None else progress
     bar = _progress(plan, todo, show)
     t0 = time.perf_counter()
@@ -456,6 +458,51 @@ def run(plan: RunPlan, jobs: int = -1, backend: str = "loky", scheduler: str | N
             client.close()
     return {"points": sum(plan.part_range(i)[1] - plan.part_range(i)[0] for i in todo), "rows": rows,
             "parts": len(todo), "seconds": time.perf_counter() - t0}
+
+
+#: Shared-memory entries joblib's loky backend creates, named after the creating process: its semaphores
+#: (``sem.loky-PID-*``) and memmapping folders (``joblib_memmapping_folder_PID_*``).
+SHM_DIR = Path("/dev/shm")
+_SHM_PREFIXES = ("sem.loky-", "joblib_memmapping_folder_")
+
+
+def remove_stale_shm(shm: Path = SHM_DIR) -> list[str]:
+    """Remove the loky/joblib entries of ``shm`` that a dead process of this user left (a kill -9 of a run and
+    its resource tracker leaves them; a clean exit or Ctrl-C does not); returns their names.  An entry whose
+    process still runs, or of another user, is left alone."""
+    removed: list[str] = []
+    if not shm.is_dir():
+        return removed
+    try:
+        entries = list(shm.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        prefix = next((p for p in _SHM_PREFIXES if entry.name.startswith(p)), None)
+        if prefix is None:
+            continue
+        pid_text = entry.name[len(prefix):].replace("_", "-").split("-", 1)[0]
+        try:
+            if not pid_text.isdigit() or entry.lstat().st_uid != os.getuid() or _alive(int(pid_text)):
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+            removed.append(entry.name)
+        except OSError:
+            continue
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, another user's
+        return True
+    return True
 
 
 def _worker_ignores_ctrl_c() -> None:

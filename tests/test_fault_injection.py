@@ -360,3 +360,38 @@ def test_tiny_chunks_warn_and_absurd_part_counts_are_refused(cwd, capsys):
            "at most 100,000 parts of fewer than 1,000 points, a --chunk-size of at least 2 (default 262,144)" \
            in err, err
     assert sorted(p.name for p in cwd.iterdir()) == ["spec.yaml", "wide.yaml"]
+
+
+def test_a_run_removes_the_shm_entries_a_killed_run_left(cwd, tmp_path):
+    """Issue 24: kill -9 of a run (and of its resource tracker) leaves sem.loky-PID-* and
+    joblib_memmapping_folder_PID_* in /dev/shm; the next run removes those of dead processes of this user, and
+    nothing else."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    names = {"stale_sem": f"sem.loky-{dead.pid}-abc123", "stale_dir": f"joblib_memmapping_folder_{dead.pid}_ab_cd",
+             "live_sem": f"sem.loky-{os.getpid()}-xyz", "other": f"sem.mp-{dead.pid}-q", "odd": "sem.loky-x-1"}
+    for key, name in names.items():
+        if key == "stale_dir":
+            (shm / name).mkdir()
+            (shm / name / "a.pkl").write_bytes(b"x")
+        else:
+            (shm / name).write_bytes(b"")
+    assert sorted(runner.remove_stale_shm(shm)) == sorted([names["stale_sem"], names["stale_dir"]])
+    assert sorted(p.name for p in shm.iterdir()) == sorted([names["live_sem"], names["other"], names["odd"]])
+
+
+def test_kill_9_of_the_process_group_then_a_run_leaves_no_shm_entry_of_the_killed_run(tmp_path, specs):
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(_cmd(specs["faults"], out)[:-5] + ["--jobs", "2", "--chunk-size", "100", "-q"],
+                            cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None and len(list(out.glob("part-*.parquet"))) < 3:
+        time.sleep(0.005)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    res = subprocess.run(_cmd(specs["faults"], out, "--resume"), cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert _shm_entries_of(proc.pid, wait_s=0) == []
