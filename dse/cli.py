@@ -1,14 +1,17 @@
 """Command line: ``dse explain``, ``dse validate``, ``dse calibrate``, ``dse run``, ``dse info``, ``dse models``,
 ``dse systems``.
 
-Exit status: 0 success; 1 a validated file is over ``--max-mape``; 2 bad input or a failed write (the message
-names the file, the row or key, the bad value and what is allowed); 130 interrupted by Ctrl-C (128 + SIGINT, as
-a shell reports it; a run keeps its complete parts and names the ``--resume`` command).
+Exit status: 0 success; 1 a validated file is over ``--max-mape``; 2 bad input or a failed read or write (the
+message names the file, the row or key, the bad value and what is allowed); 70 an internal error (one line;
+``DSE_TRACEBACK=1`` shows the traceback); 130 interrupted by Ctrl-C (128 + SIGINT, as a shell reports it; a
+run keeps its complete parts and names the ``--resume`` command); 141 the reader of the output closed the pipe
+(``| head``).  No traceback reaches the terminal.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import heapq
 import json
 import os
@@ -47,8 +50,11 @@ EXPLAIN_OPTIONS: dict[str, str] = {
 }
 
 
-#: Exit status after Ctrl-C (128 + SIGINT).
+#: Exit status after Ctrl-C (128 + SIGINT), when the reader of the output went away (128 + SIGPIPE), and after
+#: an internal error (EX_SOFTWARE of sysexits.h).
 INTERRUPTED = 130
+BROKEN_PIPE = 141
+INTERNAL_ERROR = 70
 
 
 class CliError(Exception):
@@ -599,6 +605,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt as exc:  # Ctrl-C: one line, the shell's status for SIGINT
             print(f"dse {args.command}: interrupted" + (f": {exc}" if str(exc) else ""), file=sys.stderr)
             return INTERRUPTED
+        except BrokenPipeError:  # `dse validate ... | head`: the reader left; say nothing more
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return BROKEN_PIPE
+        except OSError as exc:  # a file the command reads or writes (permissions, a full disk, ...)
+            where = f"{exc.filename}: " if exc.filename else ""
+            reason = os.strerror(exc.errno) if exc.errno else " ".join(str(exc).split())[:200]
+            print(f"dse {args.command}: error: {where}{reason}", file=sys.stderr)
+            return 2
+        except Exception as exc:  # a bug: one line and how to see where, not a traceback
+            if os.environ.get("DSE_TRACEBACK"):
+                raise
+            text = " ".join(str(exc).split())[:300]
+            print(f"dse {args.command}: internal error: {type(exc).__name__}: {text} (a bug in dse: please report "
+                  "the command line; DSE_TRACEBACK=1 prints where it happened)", file=sys.stderr)
+            return INTERNAL_ERROR
 
 
 if __name__ == "__main__":

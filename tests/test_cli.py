@@ -683,3 +683,37 @@ def test_explain_prints_no_tpot_for_one_output_token(capsys, task, extra):
     argv[argv.index("--output-len") + 1] = "2"
     code, out, _ = run(capsys, "explain", *argv)
     assert re.search(r"time per output token.*\d ms", out)
+
+
+@pytest.mark.parametrize("exc,code,line", [
+    (TypeError("unsupported operand"), 70, "dse models: internal error: TypeError: unsupported operand (a bug in dse: "
+                                           "please report the command line; DSE_TRACEBACK=1 prints where it happened)"),
+    (PermissionError(13, "Permission denied", "/data/x.parquet"), 2,
+     "dse models: error: /data/x.parquet: Permission denied"),
+])
+def test_no_traceback_reaches_the_terminal(capsys, monkeypatch, exc, code, line):
+    """Issue 24: any exception the commands do not turn into a message is one line, not a traceback."""
+    import dse.cli
+
+    def broken(args):
+        raise exc
+
+    monkeypatch.setattr(dse.cli, "cmd_models", broken)
+    assert run(capsys, "models")[0:3:2] == (code, line + "\n")
+    monkeypatch.setenv("DSE_TRACEBACK", "1")
+    if code == 70:
+        with pytest.raises(TypeError):
+            main(["models"])
+
+
+def test_a_closed_pipe_ends_quietly():
+    """`dse validate --json ... | head -1`: a BrokenPipeError traceback before (88 kB of JSON, more than a pipe
+    holds, so the writer meets the closed pipe)."""
+    proc = subprocess.Popen([sys.executable, "-m", "dse.cli", "validate", "--json",
+                             *map(str, sorted((REPO / "tests" / "reference").glob("*.csv")))],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert (proc.wait(timeout=60), err) == (141, "")
