@@ -1,13 +1,17 @@
 """Command line: ``dse explain``, ``dse validate``, ``dse calibrate``, ``dse run``, ``dse info``, ``dse models``,
 ``dse systems``.
 
-Exit status: 0 success; 1 a validated file is over ``--max-mape``; 2 bad input (the message names the file,
-the row or key, the bad value and what is allowed).
+Exit status: 0 success; 1 a validated file is over ``--max-mape``; 2 bad input or a failed read or write (the
+message names the file, the row or key, the bad value and what is allowed); 70 an internal error (one line;
+``DSE_TRACEBACK=1`` shows the traceback); 130 interrupted by Ctrl-C (128 + SIGINT, as a shell reports it; a
+run keeps its complete parts and names the ``--resume`` command); 141 the reader of the output closed the pipe
+(``| head``).  No traceback reaches the terminal.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import heapq
 import json
 import os
@@ -44,6 +48,13 @@ EXPLAIN_OPTIONS: dict[str, str] = {
     "request_rate": "requests/s offered (serve; empty: maximum load)",
     "kv_precision": "auto|fp16|bf16|fp8|int8|int4",
 }
+
+
+#: Exit status after Ctrl-C (128 + SIGINT), when the reader of the output went away (128 + SIGPIPE), and after
+#: an internal error (EX_SOFTWARE of sysexits.h).
+INTERRUPTED = 130
+BROKEN_PIPE = 141
+INTERNAL_ERROR = 70
 
 
 class CliError(Exception):
@@ -135,9 +146,16 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if task not in ("train", "infer", "serve"):
         raise CliError(f"explain: {origin['task']} {config['task']!r} is not allowed; allowed: train, infer, serve")
     config["task"] = task
+    _check_serving_keys(config, origin, task)
     overrides = _calibration(args)
     row = explain_row(config, overrides)
     _refuse_what_does_not_divide(row, "dp" in config)
+    if task != "train" and args.json:
+        from dse.explain import one_output_token
+
+        if one_output_token(row):  # one output token: no time per output token (null in JSON)
+            row = row.copy()
+            row[[c for c in ("tpot_s", "tokens_per_s_per_user") if c in row.index]] = np.nan
     if task == "serve":
         from dse.explain import format_explain_serve
 
@@ -168,6 +186,22 @@ def cmd_explain(args: argparse.Namespace) -> int:
     else:
         print(format_explain(row))
     return 0
+
+
+def _check_serving_keys(config: dict[str, object], origin: dict[str, str], task: str) -> None:
+    """A stack of the other task, or prefill_tp without a prefill pool, would silently mean the defaults."""
+    from dse.spec import stack_task_mismatch, stacks_for_task
+    from dse.stacks import stack_names
+
+    stack = str(config.get("stack", "")).strip().lower()
+    if stack in stack_names():
+        why = stack_task_mismatch(stack, task)
+        if why:
+            raise CliError(f"explain: {origin['stack']} {config['stack']!r} is not allowed with task {task!r} ({why}); "
+                           f"allowed: {', '.join(stacks_for_task(task))}")
+    if task == "serve" and "prefill_tp" in config and "prefill_gpus" not in config:
+        raise CliError(f"explain: {origin['prefill_tp']} is given without --prefill-gpus, so there is no prefill pool "
+                       "for it to split; allowed: --prefill-gpus with it (disaggregated prefill), or neither")
 
 
 def _refuse_what_does_not_divide(row: pd.Series, dp_given: bool) -> None:
@@ -337,6 +371,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from dse.runner import DEFAULT_MAX_POINTS, check_options, prepare, run
     from dse.spec import load_spec
 
+    # loky's resource tracker (a process of its own) cleans the semaphores of workers stopped by an error or
+    # Ctrl-C, and then warns on the user's terminal in four lines; the cleanup is what matters
+    if "ignore:resource_tracker:UserWarning" not in sys.warnoptions:
+        sys.warnoptions.append("ignore:resource_tracker:UserWarning")
     max_points = DEFAULT_MAX_POINTS if args.max_points is None else args.max_points
     check_options(jobs=args.jobs, part_size=args.chunk_size, max_points=max_points, backend=args.backend)
     spec = load_spec(args.spec)
@@ -356,9 +394,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_top(top: int) -> None:
+    if top < 1:
+        raise CliError(f"--top: value {top} is not allowed; allowed: an integer >= 1 (rows shown)")
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     from dse.info import format_info
 
+    _check_top(args.top)
     by = None if args.by is None else tuple(c for c in args.by.split(",") if c)
     print(format_info(args.results, metric=args.metric, top=args.top, by=by))
     return 0
@@ -368,6 +412,9 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     from dse.pareto import parse_objectives
     from dse.pareto_report import format_front, run_pareto
 
+    _check_top(args.top)
+    targets = [(opt, path) for opt, path in (("-o", args.output), ("--figure", args.figure)) if path is not None]
+    _check_writable(targets)
     try:
         objectives = parse_objectives(args.objectives)
         by = [c for c in (args.by or "").split(",") if c]
@@ -375,6 +422,8 @@ def cmd_pareto(args: argparse.Namespace) -> int:
                                     feasible_only=not args.all_rows)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
+    except OSError as exc:
+        raise CliError(_write_failure(targets, exc)) from exc
     print(format_front(front, objectives, by, top=args.top))
     for path in written:
         print(f"wrote {path}")
@@ -385,13 +434,37 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from dse.plots import draw_standard_figures
 
     out = args.output or f"results/figures/{Path(args.results).name}"
+    targets = [("-o", out)]
+    _check_writable(targets, directory=True)
     try:
         written = draw_standard_figures(args.results, out, model=args.model, system=args.system)
     except (ValueError, KeyError) as exc:
         raise CliError(str(exc)) from exc
+    except OSError as exc:
+        raise CliError(_write_failure(targets, exc)) from exc
     for path in written:
         print(f"wrote {path} (data: {path.with_suffix('.parquet').name})")
     return 0
+
+
+def _check_writable(targets: Sequence[tuple[str, str]], directory: bool = False) -> None:
+    """Refuse an output option whose directory cannot be written, before any work (exit 2)."""
+    from dse.outputs import unwritable
+
+    for option, path in targets:
+        folder = Path(path) if directory else Path(path).parent
+        if directory and Path(path).exists() and not Path(path).is_dir():
+            raise CliError(f"{option} {path}: is a file; allowed: a directory (new or existing)")
+        why = unwritable(folder)
+        if why is not None:
+            raise CliError(f"{option} {path}: cannot write there ({why}); allowed: a writable path")
+
+
+def _write_failure(targets: Sequence[tuple[str, str]], exc: OSError) -> str:
+    from dse.outputs import write_error
+
+    option, path = targets[0] if targets else ("output", "")
+    return write_error(option, path, exc)
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -509,13 +582,47 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import warnings
+
+    from dse.dataset import IncompleteDatasetWarning
+
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except (InputError, CliError, SpecError) as exc:
-        print(f"dse {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+
+    def say_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        if issubclass(category, IncompleteDatasetWarning):
+            print(f"dse {args.command}: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+        warnings.showwarning = say_warning
+        warnings.simplefilter("default", IncompleteDatasetWarning)
+        try:
+            return int(args.func(args))
+        except (InputError, CliError, SpecError) as exc:
+            print(f"dse {args.command}: error: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt as exc:  # Ctrl-C: one line, the shell's status for SIGINT
+            print(f"dse {args.command}: interrupted" + (f": {exc}" if str(exc) else ""), file=sys.stderr)
+            return INTERRUPTED
+        except BrokenPipeError:  # `dse validate ... | head`: the reader left; say nothing more
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return BROKEN_PIPE
+        except OSError as exc:  # a file the command reads or writes (permissions, a full disk, ...)
+            where = f"{exc.filename}: " if exc.filename else ""
+            reason = os.strerror(exc.errno) if exc.errno else " ".join(str(exc).split())[:200]
+            print(f"dse {args.command}: error: {where}{reason}", file=sys.stderr)
+            return 2
+        except Exception as exc:  # a bug: one line and how to see where, not a traceback
+            if os.environ.get("DSE_TRACEBACK"):
+                raise
+            text = " ".join(str(exc).split())[:300]
+            print(f"dse {args.command}: internal error: {type(exc).__name__}: {text} (a bug in dse: please report "
+                  "the command line; DSE_TRACEBACK=1 prints where it happened)", file=sys.stderr)
+            return INTERNAL_ERROR
 
 
 if __name__ == "__main__":

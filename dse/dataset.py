@@ -7,6 +7,16 @@ trusted, and readers that name a bad part instead of failing deep inside pyarrow
 * **Verified parts.** Each part carries in its Parquet metadata the spec digest, its index and its point range.
   :func:`check_part` trusts a part only if its footer reads, its metadata names the expected digest, index and
   range, and its ``point`` column (read back) counts the footer's rows, increases and lies in the range.
+* **Completion mark.** ``dse run`` writes ``DIR/_complete.yaml`` (atomically, by rename) as its very last step:
+  after every part, and after the ``--keep`` merge across the parts when the keep reduces (pareto, top).  A
+  writer removes it before it changes any part.  So a dataset is complete only when the mark is there: a run
+  killed after its last part but before or during the merge leaves parts that look whole but hold the local
+  reductions, more rows than the kept ones.  The readers (:func:`verified_parts`, hence ``dse info``,
+  ``dse pareto``, ``dse plot``, :func:`load_results`, :func:`dse.runner.read_results`) refuse such a dataset
+  (:class:`DatasetError`, naming the ``--resume`` command that finishes it) and warn
+  (:class:`IncompleteDatasetWarning`) on one whose parts are correct but not all written (keep all or
+  feasible).  A dataset written before the mark existed is complete when every part is there and, for a
+  reducing keep, its rows are their own reduction (the merge is idempotent, so exactly the merged datasets).
 """
 
 from __future__ import annotations
@@ -14,6 +24,8 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import shlex
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,10 +43,16 @@ LOCK_FILE = ".dse.lock"
 #: The resolved spec beside the parts; the leading underscore makes pd.read_parquet(dir) skip it.
 SPEC_FILE = "_spec.yaml"
 PART_GLOB = "part-*.parquet"
+#: Written last by ``dse run`` (see the module docstring); the underscore makes pd.read_parquet(dir) skip it.
+COMPLETE_FILE = "_complete.yaml"
 
 
 class DatasetError(SpecError):
     """A results directory that cannot be used as asked (exit status 2, naming the file)."""
+
+
+class IncompleteDatasetWarning(UserWarning):
+    """A results directory whose rows are right but cover only part of the grid (a run not finished)."""
 
 
 @dataclass
@@ -140,9 +158,76 @@ def check_part(path: Path, digest: str | None = None, index: int | None = None,
     return None
 
 
-def verified_parts(directory: str | Path) -> list[Path]:
-    """The parts of a finished or partial results directory, each checked against ``_spec.yaml``; raises
-    :class:`DatasetError` naming the first bad part (for readers: ``dse info``, ``pareto``, ``plot``)."""
+def kept(meta: dict) -> str:
+    """The ``--keep`` text of a ``_spec.yaml`` (older files: from ``feasible_only``)."""
+    return str(meta.get("keep", "feasible" if meta.get("feasible_only", False) else "all"))
+
+
+def resume_command(root: Path, meta: dict) -> str:
+    """The ``dse run`` command line that finishes the sweep in ``root`` (same spec, part size and keep)."""
+    words = ["dse", "run", str(meta.get("source") or "SPEC"), "-o", str(root), "--resume", "--chunk-size",
+             str(meta["part_size"])]
+    if kept(meta) != "all":
+        words += ["--keep", kept(meta)]
+    calibration = (meta.get("spec") or {}).get("calibration") if isinstance(meta.get("spec"), dict) else None
+    if isinstance(calibration, dict) and calibration.get("file"):
+        words += ["--calibration", str(calibration["file"])]
+    return shlex.join(words)
+
+
+def _reduces(keep_text: str) -> bool:
+    return keep_text.partition(":")[0].strip().lower() in ("pareto", "top")
+
+
+def _read_complete_mark(root: Path, digest: str) -> bool:
+    try:
+        mark = yaml.safe_load((root / COMPLETE_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(mark, dict) and str(mark.get("spec_digest")) == digest
+
+
+def _is_own_reduction(parts: list[Path], keep_text: str) -> bool:
+    """Whether the rows of ``parts`` are their own ``--keep`` reduction (a merged dataset; see dse.keep)."""
+    import pyarrow as pa
+
+    from dse.keep import KeepError, keep_mask, parse_keep
+
+    try:
+        keep = parse_keep(keep_text)
+        columns = list(dict.fromkeys(["point", "fits", *keep.columns()]))
+        table = pa.concat_tables([pq.read_table(p, columns=columns) for p in parts])
+        return bool(keep_mask(table, keep).all())
+    except (KeepError, KeyError, ValueError, pa.ArrowException):
+        return False
+
+
+def check_complete(root: Path, meta: dict, parts: list[Path]) -> None:
+    """Refuse (:class:`DatasetError`) a dataset whose rows are not yet what ``dse run`` promises, warn
+    (:class:`IncompleteDatasetWarning`) on one whose rows are right but not all written; see the module
+    docstring.  ``parts``: the verified parts of ``root``."""
+    n_parts = int(meta["parts"])
+    keep_text = kept(meta)
+    all_there = len(parts) == n_parts
+    if all_there and _read_complete_mark(root, str(meta["spec_digest"])):
+        return
+    finish = f"run with --resume to finish it: `{resume_command(root, meta)}`"
+    if _reduces(keep_text):
+        if all_there and not (root / COMPLETE_FILE).exists() and _is_own_reduction(parts, keep_text):
+            return  # written before the mark existed, and merged
+        state = "written, not merged" if all_there else "written"
+        raise DatasetError(f"{root}: incomplete: the run stopped before its --keep {keep_text} merge finished "
+                           f"({len(parts)} of {n_parts} parts {state}), so its rows are not the kept ones; "
+                           f"allowed: {finish}")
+    if not all_there:
+        warnings.warn(f"{root}: incomplete: {len(parts)} of {n_parts} parts written, so the rows cover only part of "
+                      f"the grid; {finish}", IncompleteDatasetWarning, stacklevel=3)
+
+
+def verified_parts(directory: str | Path, complete: bool = True) -> list[Path]:
+    """The parts of a results directory, each checked against ``_spec.yaml``; raises :class:`DatasetError`
+    naming the first bad part (for readers: ``dse info``, ``pareto``, ``plot``).  With ``complete`` (the
+    default), also :func:`check_complete`: an unmerged reducing dataset is refused, a partial one warned of."""
     root = Path(directory)
     if not root.is_dir():
         raise DatasetError(f"{root}: not a results directory written by `dse run` (no such directory)")
@@ -157,7 +242,9 @@ def verified_parts(directory: str | Path) -> list[Path]:
         rng = (index * part_size, min((index + 1) * part_size, n_points))
         why = check_part(p, digest, index, rng)
         if why is not None:
-            raise DatasetError(f"{p}: bad part: {why}; allowed: `dse run SPEC -o {root} --resume` recomputes it")
+            raise DatasetError(f"{p}: bad part: {why}; allowed: `{resume_command(root, meta)}` recomputes it")
+    if complete:
+        check_complete(root, meta, parts)
     return parts
 
 

@@ -207,6 +207,18 @@ def inference_op_table(config: Mapping[str, object], overrides: Overrides | None
                              c.map({"prefill": 0, "decode": 1})).reset_index(drop=True)
 
 
+#: What explain says instead of a time per output token when a request has a single output token.
+NO_SECOND_TOKEN = "(output_len 1: the prefill makes the only token; there is no token after it)"
+
+
+def one_output_token(row: pd.Series) -> bool:
+    """A request of one output token: no decode step, so no time per output token (TPOT)."""
+    try:
+        return int(row["output_len"]) == 1
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 def format_explain_infer(row: pd.Series, ops: pd.DataFrame) -> str:
     """Readable text for one evaluated inference configuration."""
     lines = [
@@ -220,19 +232,23 @@ def format_explain_infer(row: pd.Series, ops: pd.DataFrame) -> str:
     if not np.isfinite(float(row["tpot_s"])):
         lines.append(f"\nNo answer for this configuration: {row['infeasible_reason']}")
         return "\n".join(lines)
+    one = one_output_token(row)
+    tpot = f"{'none':>12s}    {NO_SECOND_TOKEN}" if one else f"{1e3 * float(row['tpot_s']):12.3f} ms"
     lines += ["", "Latency and throughput",
               f"  {'time to first token (prefill)':<40s} {1e3 * float(row['ttft_s']):12.3f} ms",
-              f"  {'time per output token (decode step)':<40s} {1e3 * float(row['tpot_s']):12.3f} ms",
+              f"  {'time per output token (decode step)':<40s} {tpot}",
               f"  {'end-to-end latency of the batch':<40s} {float(row['e2e_latency_s']):12.3f} s",
               f"  {'output tokens/s':<40s} {float(row['output_tokens_per_s']):12.1f}",
-              f"  {'output tokens/s per GPU':<40s} {float(row['output_tokens_per_s_per_gpu']):12.1f}",
-              "", "One decode step, split (all layers)"]
-    for key, label in (("decode_gemm_ms", "GEMMs (weight reads)"), ("decode_attention_ms", "attention (KV reads)"),
-                       ("decode_tp_comm_ms", "TP all-reduces"), ("decode_logits_ms", "logits"),
-                       ("decode_overhead_ms", "per-layer overhead (launches)")):
-        lines.append(f"  {label:<40s} {float(row[key]):12.3f} ms")
+              f"  {'output tokens/s per GPU':<40s} {float(row['output_tokens_per_s_per_gpu']):12.1f}"]
+    if not one:  # one output token: the prefill makes it, there is no decode step
+        lines += ["", "One decode step, split (all layers)"]
+        for key, label in (("decode_gemm_ms", "GEMMs (weight reads)"), ("decode_attention_ms", "attention (KV reads)"),
+                           ("decode_tp_comm_ms", "TP all-reduces"), ("decode_logits_ms", "logits"),
+                           ("decode_overhead_ms", "per-layer overhead (launches)")):
+            lines.append(f"  {label:<40s} {float(row[key]):12.3f} ms")
+    shown = ops[ops["phase"] != "decode"] if one and "phase" in ops.columns else ops
     lines += ["", "Ops per GPU and layer (logits once): arithmetic intensity against the ridge point",
-              ops.to_string(index=False, float_format=lambda v: f"{v:,.3g}"), ""]
+              shown.to_string(index=False, float_format=lambda v: f"{v:,.3g}"), ""]
     hbm = float(row["hbm_bytes"]) / 1e9
     lines.append(f"Memory per GPU (HBM {hbm:.1f} GB)")
     for key, label in (("weights_bytes", "weights"), ("kv_cache_bytes", "KV cache"),
@@ -297,8 +313,10 @@ def format_explain_serve(row: pd.Series) -> str:
               f"  binding limit: {row['limit']} — {LIMIT_TEXT.get(str(row['limit']), '')}",
               "", "Latency per request",
               f"  {'time to first token':<40s} {1e3 * float(row['ttft_s']):12.2f} ms",
-              f"  {'time per output token':<40s} {1e3 * float(row['tpot_s']):12.2f} ms",
-              f"  {'tokens/s per user':<40s} {float(row['tokens_per_s_per_user']):12.1f}",
+              f"  {'time per output token':<40s} " + (f"{'none':>12s}    {NO_SECOND_TOKEN}" if one_output_token(row)
+                                                       else f"{1e3 * float(row['tpot_s']):12.2f} ms"),
+              f"  {'tokens/s per user':<40s} " + (f"{'none':>12s}" if one_output_token(row)
+                                                   else f"{float(row['tokens_per_s_per_user']):12.1f}"),
               "", f"One iteration of one pipeline stage: {float(row['iteration_ms']):.2f} ms, "
                   f"{float(row['iteration_tokens']):.0f} tokens"]
     total = float(row["iteration_ms"])

@@ -344,7 +344,8 @@ def _system_codes(frame: pd.DataFrame, source: str) -> np.ndarray:
     return hwcat.system_codes(names.to_numpy())
 
 
-def infer_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str, np.ndarray], np.ndarray]:
+def infer_inputs(frame: pd.DataFrame, source: str = "<frame>", task: str = "infer"
+                 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Checked, default-filled inputs of the inference kernel for a table of ``task == 'infer'`` rows.
 
     Required: the model dimensions (or a catalogued ``model``), ``system``, ``tp``, ``batch``, ``input_len``,
@@ -355,11 +356,11 @@ def infer_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     check_stack(frame, source)
     for col in ("layers", "hidden", "heads", "vocab", "system", "tp", "batch", "input_len", "output_len"):
         if col not in frame.columns:
-            raise InputError(f"{source}: missing column {col!r} (required for task 'infer'; see "
+            raise InputError(f"{source}: missing column {col!r} (required for task {task!r}; see "
                              "README.md, section 'Case files')")
     x: dict[str, np.ndarray] = {}
     for name in ("layers", "hidden", "heads", "vocab", "tp", "batch", "input_len", "output_len"):
-        x[name] = _required_integers(frame, name, source, task="infer")
+        x[name] = _required_integers(frame, name, source, task=task)
     for k in ("kv_heads", "ffn_hidden", "experts", "top_k", "pp", "dp", "gpus", "tied_embeddings"):
         x[k] = _integers(frame, k, source)
     for key in ("mlp", "precision"):
@@ -475,7 +476,7 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     batch = frame["batch"] if "batch" in frame.columns else pd.Series([np.nan] * n, index=frame.index)
     blank_batch = _blank(batch)
     frame["batch"] = batch.astype(object).where(~blank_batch, 1)
-    x, systems = infer_inputs(frame, source)
+    x, systems = infer_inputs(frame, source, task="serve")
     x["batch"] = np.where(blank_batch, np.nan, x["batch"])
     empty = pd.Series([np.nan] * n, index=frame.index, dtype=object)
     work = frame.assign(**{k: frame[k] if k in frame.columns else empty for k in ("max_num_tokens", "request_rate")})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dse.cost.inference import INFER_METRICS
@@ -49,13 +50,21 @@ def format_info(path: str | Path, metric: str | None = None, top: int = 10, by: 
     inputs = [c for c in schema.names if c not in metrics and c not in ("point", "fits", "infeasible_reason", "limit")]
     if metric is None:  # the task's headline: step time for training, output tokens/s per GPU for inference
         metric = "step_time_s" if "step_time_s" in schema.names else "output_tokens_per_s_per_gpu"
-    if metric not in schema.names:
-        raise SpecError(f"--metric: value {metric!r} is not a column of {root}; allowed: "
-                        f"{', '.join(c for c in schema.names if c in metrics)}")
-    frame = load(root, columns=list(dict.fromkeys([*inputs, metric, "mem_total_bytes", "fits", "infeasible_reason"])))
+    # any numeric column ranks: a metric, or an input such as gpus ("fewest GPUs")
+    numeric = [f.name for f in schema if f.name != "point" and (pa.types.is_integer(f.type)
+                                                                or pa.types.is_floating(f.type))]
+    if metric not in numeric:
+        what = f"column {metric!r} of {root} is not numeric" if metric in schema.names else \
+            f"value {metric!r} is not a column of {root}"
+        raise SpecError(f"--metric: {what}; allowed: a metric "
+                        f"({', '.join(c for c in numeric if c in metrics)}) or a numeric input "
+                        f"({', '.join(c for c in numeric if c not in metrics)})")
+    # the parts verified above (load would check them again)
+    frame = pd.read_parquet(root, columns=list(dict.fromkeys([*inputs, metric, "mem_total_bytes", "fits",
+                                                                "infeasible_reason"])))
     # show the inputs the sweep varies (and the layout), not the constant ones
     shown = [c for c in inputs if c in ("model", "system", "gpus", "tp", "pp", "dp") or frame[c].nunique() > 1]
-    frame = frame[[*shown, metric, "mem_total_bytes", "fits", "infeasible_reason"]]
+    frame = frame[list(dict.fromkeys([*shown, metric, "mem_total_bytes", "fits", "infeasible_reason"]))]
     cols = list(frame.columns)
     feasible = frame[frame["fits"]]
     reasons = ", ".join(f"{k} {v:,}" for k, v in frame.loc[~frame["fits"], "infeasible_reason"]
@@ -65,7 +74,7 @@ def format_info(path: str | Path, metric: str | None = None, top: int = 10, by: 
     if feasible.empty:
         return "\n".join(lines)
     ascending = metric not in HIGH_IS_BETTER
-    ranked = feasible.sort_values(metric, ascending=ascending)
+    ranked = feasible.sort_values(metric, ascending=ascending, kind="stable")  # ties: grid order
     if by is None:
         by = tuple(c for c in ("model", "system") if frame[c].nunique() > 1)
     unknown = [c for c in by if c not in frame.columns]

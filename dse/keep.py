@@ -77,6 +77,9 @@ def parse_keep(text: str, columns: Sequence[str] | None = None) -> Keep:
     plain = []
     for item in items:
         if item.lower().startswith("by="):
+            if by:
+                raise KeepError(f"--keep: value {raw!r} gives 'by=' twice; allowed: one by= naming every column, "
+                                f"joined by '+' (by=model+system)")
             by = tuple(c.strip() for c in item[3:].split("+") if c.strip())
             if not by:
                 raise KeepError(f"--keep: value {raw!r}: 'by=' names no column; allowed: {HELP}")

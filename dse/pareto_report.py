@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from dse.dataset import load_results
+from dse.outputs import write_atomic, written_by_dse
 from dse.pareto import Objective, as_objectives, pareto_front
 from dse.plots import describe, draw_pareto, pareto_data
 
@@ -35,12 +36,9 @@ def write_table(frame: pd.DataFrame, path: str | Path) -> Path:
     if out.suffix.lower() not in TABLE_SUFFIXES:
         raise ValueError(f"output {str(out)!r}: suffix {out.suffix or '(none)'!r} is not allowed; allowed: "
                          f"{', '.join(TABLE_SUFFIXES)}")
-    out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix.lower() == ".csv":
-        frame.to_csv(out, index=False)
-    else:
-        frame.to_parquet(out, index=False)
-    return out
+        return write_atomic(out, lambda tmp: frame.to_csv(tmp, index=False))
+    return write_atomic(out, lambda tmp: frame.to_parquet(tmp, index=False))
 
 
 def format_front(front: pd.DataFrame, objectives: Sequence[Objective], by: Sequence[str] = (), top: int = 20) -> str:
@@ -76,6 +74,10 @@ def run_pareto(results: str | Path, objectives: str | Iterable[str | Objective],
     objs = as_objectives(objectives)
     if output is not None and Path(output).suffix.lower() not in TABLE_SUFFIXES:
         write_table(pd.DataFrame(), output)  # raises the message naming the allowed suffixes
+    beside = Path(output).with_suffix(".png") if output is not None and figure is None else None
+    if beside is not None and beside.exists() and not written_by_dse(beside):
+        raise ValueError(f"-o {output}: would replace {beside}, which dse did not draw (the figure goes beside the "
+                         f"table); allowed: --figure PATH to draw it elsewhere, or move {beside.name} away")
     frame = load_results(results, feasible_only)
     front = pareto_front(frame, objs, by=list(by), feasible_only=feasible_only)
     front.attrs["varying"] = varying_inputs(frame)
@@ -96,6 +98,6 @@ def run_pareto(results: str | Path, objectives: str | Iterable[str | Objective],
         png = draw_pareto(data, objs, figure, facet=facet, hue=hue)
         # the figure's data (front and a sample of the cloud) under its own name, never the front's file
         data_path = png.with_name(f"{png.stem}.plot-data.parquet")
-        data.to_parquet(data_path, index=False)
+        write_atomic(data_path, lambda tmp: data.to_parquet(tmp, index=False))
         written += [png, data_path]
     return front, written

@@ -323,6 +323,8 @@ class _Elementwise(ast.NodeTransformer):
         return node
 
 
+#: Largest filter number: filters compare float64 columns, so an integer literal is converted to a float.
+_FLOAT_MAX = int(np.finfo(np.float64).max)
 #: Bounds of one filter expression (longer or deeper ones are refused before they reach the compiler).
 MAX_FILTER_CHARS = 2000
 MAX_FILTER_DEPTH = 50
@@ -382,6 +384,11 @@ def parse_filter(path: str, key: str, text: object, categorical: Mapping[str, tu
                 or isinstance(node, ast.Constant) and isinstance(node.value, bool):
             raise SpecError(f"{path}: {key}: expression {_clip(text)} has constant {node.value!r}; "
                             f"allowed: {FILTER_HELP}")
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and abs(node.value) > _FLOAT_MAX:
+            digits = str(abs(node.value))
+            raise SpecError(f"{path}: {key}: expression {_clip(text, 60)} has a number of {len(digits):,} digits "
+                            f"({digits[:12]}...), too large for a float column; allowed: numbers of magnitude at most "
+                            f"{_FLOAT_MAX:.4g}")
     if not names:
         raise SpecError(f"{path}: {key}: expression {_clip(text)} names no column; allowed: {FILTER_HELP}")
 
@@ -545,7 +552,37 @@ def _subgrid(path: str, key: str, raw: object, model_names: tuple[str, ...],
             ints = _int_values(path, akey, value, lo, hi)
             axes.append(Axis(name, np.asarray(ints, dtype=np.float64)))
             resolved[name] = ints
+    if task == "serve" and "prefill_tp" in raw and "prefill_gpus" not in raw:
+        raise SpecError(f"{path}: {key}.prefill_tp: given without {key}.prefill_gpus, so no point has a prefill pool "
+                        f"for it to split; allowed: prefill_gpus with it (disaggregated prefill), or neither")
+    for stack in resolved.get("stack", []):
+        why = stack_task_mismatch(stack, task)
+        if why:
+            raise SpecError(f"{path}: {key}.stack: value {stack!r} is not allowed on a {task!r} spec ({why}); "
+                            f"allowed: {', '.join(stacks_for_task(task))}")
     return SubGrid(tuple(axes)), resolved
+
+
+def _training_stack(stack: str) -> bool:
+    from dse.stacks import TRAIN_KNOBS, profile
+
+    return any(k in TRAIN_KNOBS for k in profile(stack))
+
+
+def stack_task_mismatch(stack: str, task: str) -> str | None:
+    """Why ``stack`` cannot fill a ``task`` configuration, or None.  A training stack (its profile sets training
+    knobs: dse/stacks.csv) fills nothing of a serving engine, and an inference engine nothing of a training run,
+    so either on the other task would silently mean the defaults."""
+    training = _training_stack(stack)
+    if task == "train" and not training:
+        return "an inference stack: it sets no training knob"
+    if task != "train" and training:
+        return "a training stack: it sets no serving-engine setting"
+    return None
+
+
+def stacks_for_task(task: str) -> list[str]:
+    return [s for s in stack_names() if stack_task_mismatch(s, task) is None]
 
 
 def load_spec(path: str | Path) -> Spec:

@@ -73,8 +73,11 @@ def cost_per_million_tokens(spec: Spec, systems: np.ndarray, x: dict[str, np.nda
     else:
         hours, tokens = out["step_time_s"] / 3600.0, x["global_batch"] * x["seq_len"]
     return price * x["gpus"] * hours / tokens * 1e6
-#: Reasons that mean "does not divide" (dropped by ``constraints.divisible``); exceeds_hbm is not one.
-DIVISIBILITY_REASONS = frozenset(i for i, r in enumerate(codes.REASONS) if r not in ("", "exceeds_hbm"))
+#: Reasons that mean "does not divide" (dropped by ``constraints.divisible``).  exceeds_hbm and overloaded are
+#: not: such a configuration divides, and its row is an answer (it needs more memory than the GPU has, or is
+#: offered more requests than it serves), written with its reason as ``dse explain`` shows it.
+DIVISIBILITY_REASONS = frozenset(i for i, r in enumerate(codes.REASONS) if r not in ("", "exceeds_hbm",
+                                                                                    "overloaded"))
 #: Rows evaluated per kernel call (bounded memory whatever the part size), chosen by ``make bench``'s tile
 #: comparison (record ``train_tiles``): smaller tiles keep the float32 temporaries in L2 but pay the kernel's
 #: ~1,000 numpy calls more often.  On the 2-core benchmark machine the rate is flat (within ~6 %, run-to-run
@@ -196,7 +199,9 @@ def evaluate_points(spec: Spec, grid: Grid, start: int, stop: int, feasible_only
     return pa.concat_tables(tables)
 
 
-def _evaluate_batch(spec: Spec, grid: Grid, start: int, stop: int, feasible_only: bool) -> pa.Table:
+def _kernel_columns(spec: Spec, grid: Grid, start: int, stop: int
+                    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray]:
+    """Grid columns, kernel inputs, hardware columns and system codes of the points [start, stop)."""
     cols = grid.decode(start, stop, dtype=DTYPE)
     x, systems = kernel_inputs(spec, cols)
     techs = tech_columns(spec)
@@ -208,6 +213,45 @@ def _evaluate_batch(spec: Spec, grid: Grid, start: int, stop: int, feasible_only
             x[k] = np.where(np.isnan(cols[k]), fallback, cols[k])
     else:
         hw = hwcat.hardware_columns(systems, {(g, c): v for g, c, v in spec.calibration}, dtype=DTYPE)
+    return cols, x, hw, systems
+
+
+def _step(spec: Spec, x: dict[str, np.ndarray], hw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    if spec.task == "serve":
+        return serve_step(x, hw, out_dtype=DTYPE)
+    return infer_step(x, hw, out_dtype=DTYPE) if spec.task == "infer" else train_step(x, hw, out_dtype=DTYPE)
+
+
+def reasons_before_constraints(spec: Spec, grid: Grid, ranges: list[tuple[int, int]]) -> str:
+    """What the model says of the points in ``ranges`` before any constraint, as text for a message: the count
+    of each infeasible reason (and of the points the model answers), and for overloaded serving points the
+    request rates offered and the most any of them serves (its capacity, at maximum load)."""
+    counts = np.zeros(len(codes.REASONS), dtype=np.int64)
+    offered, capacity = [np.inf, -np.inf], 0.0
+    over_code = codes.REASON_CODE["overloaded"]
+    for start, stop in ranges:
+        for lo in range(start, stop, KERNEL_BATCH):
+            _, x, hw, _ = _kernel_columns(spec, grid, lo, min(lo + KERNEL_BATCH, stop))
+            reason = _step(spec, x, hw)["reason"]
+            counts += np.bincount(reason, minlength=len(codes.REASONS))
+            over = np.flatnonzero(reason == over_code)
+            if spec.task == "serve" and over.size:
+                rate = x["request_rate"][over]
+                offered = [min(offered[0], float(rate.min())), max(offered[1], float(rate.max()))]
+                at_max_load = {**{k: v[over] for k, v in x.items()}, "request_rate": np.full(over.size, np.nan)}
+                served = _step(spec, at_max_load, {k: v[over] for k, v in hw.items()})["requests_per_s"]
+                capacity = max(capacity, float(np.nanmax(served, initial=0.0)))
+    parts = [f"{'answered' if not r else r} {n:,}" for r, n in zip(codes.REASONS, counts.tolist(), strict=True) if n]
+    if counts[over_code]:
+        lo_hi = f"{offered[0]:,g}" + (f" to {offered[1]:,g}" if offered[1] > offered[0] else "")
+        i = [r for r, n in zip(codes.REASONS, counts.tolist(), strict=True) if n].index("overloaded")
+        parts[i] += (f" (offered {lo_hi} requests/s; the most any of them serves, at maximum load, is "
+                     f"{capacity:,.3g} requests/s)")
+    return ", ".join(parts)
+
+
+def _evaluate_batch(spec: Spec, grid: Grid, start: int, stop: int, feasible_only: bool) -> pa.Table:
+    cols, x, hw, systems = _kernel_columns(spec, grid, start, stop)
     keep = np.ones(len(systems), dtype=bool)
     if spec.tp_within_scaleup:
         keep &= x["tp"] <= hw["scaleup_gpus"]
@@ -222,10 +266,7 @@ def _evaluate_batch(spec: Spec, grid: Grid, start: int, stop: int, feasible_only
         systems, points, model = systems[idx], cols["point"][idx], cols["model"][idx]
     else:
         points, model = cols["point"], cols["model"]
-    if spec.task == "serve":
-        out = serve_step(x, hw, out_dtype=DTYPE)
-    else:
-        out = infer_step(x, hw, out_dtype=DTYPE) if spec.task == "infer" else train_step(x, hw, out_dtype=DTYPE)
+    out = _step(spec, x, hw)
     out[COST_COLUMN] = cost_per_million_tokens(spec, systems, x, out)
     keep = np.ones(len(points), dtype=bool)
     reason = out["reason"]

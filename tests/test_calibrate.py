@@ -143,6 +143,22 @@ def test_bad_calibration_file_and_params_exit_2(tmp_path, capsys):
                                                                         ("hopper", "matmul_eff_fp8")]
 
 
+@pytest.mark.parametrize("constant,value,bound", [("matmul_eff_fp16", 5.0, "1.2"), ("layer_overhead_us", 5000, "1000"),
+                                                   ("mmha_elements_per_clk", 500, "128"), ("memory_eff", True, "1.2")])
+def test_a_calibration_value_beyond_the_fit_bound_exits_2(tmp_path, capsys, constant, value, bound):
+    """Issue 24: a hand-edited efficiency of 5.0 (5 x the peak) was used without a word."""
+    cal = tmp_path / "cal.yaml"
+    cal.write_text(yaml.safe_dump({"constants": [{"generation": "ampere", "constant": constant, "value": value}]}))
+    with pytest.raises(InputError, match=rf"cal\.yaml: constants\[0\]: ampere:{constant} value .* is not allowed; "
+                                         rf"allowed: a positive number at most {bound} \(the bound"):
+        load_calibration(cal)
+    assert main(["explain", "--model", "llama3-8b", "--system", "a100-sxm-80gb", "--gpus", "8", "--tp", "1", "--pp",
+                 "1", "--seq-len", "2048", "--global-batch", "64", "--calibration", str(cal)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    cal.write_text(yaml.safe_dump({"constants": [{"generation": "ampere", "constant": constant, "value": 0.9}]}))
+    assert load_calibration(cal) == {("ampere", constant): 0.9}
+
+
 def test_a_constant_the_files_cannot_pin_is_flagged(ref, assumptions):
     """Issue 11: on the shared cases Hopper memory_eff moves 0.956 -> ~0.82 with the MAPE unchanged; its
     standard error must say so (>= 10 %, the CLI's 'weakly constrained' flag).  The cluster-robust estimate

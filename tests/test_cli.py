@@ -620,3 +620,97 @@ def test_pareto_and_plot_commands_on_a_small_sweep(tmp_path, capsys):
     assert main(["pareto", str(res), "--objectives", "step_time_s:fastest"]) == 2
     err = capsys.readouterr().err
     assert "step_time_s:fastest" in err and "min" in err and "max" in err
+
+
+@pytest.mark.parametrize("glob", ["narayanan2021*gpt-1.7b", "narayanan*gpt*1.7b*", "*t1-*-1.7?",
+                                  "narayanan2021-t1-gpt-1.[7]b"])
+def test_validate_assume_globs_with_several_wildcards(capsys, in_repo, tmp_path, glob):
+    """Issue 24: a glob with two ``*`` became a regular expression pyarrow's RE2 refuses (a traceback)."""
+    rules = tmp_path / "assume.yaml"
+    rules.write_text(f'- cases: "{glob}"\n  set: {{micro_batch: 16, vpp: 1}}\n  source: test\n', encoding="utf-8")
+    code, out, err = run(capsys, "validate", "--json", "--assume", str(rules),
+                         "tests/reference/megatron_narayanan2021_table1.csv")
+    assert (code, err) == (0, "")
+    assumed = {c["case"]: c.get("assumed", {}) for c in json.loads(out)["cases"]}
+    assert assumed["narayanan2021-t1-gpt-1.7b"] == {"micro_batch": 16, "vpp": 1}
+    assert [c for c, a in assumed.items() if a] == ["narayanan2021-t1-gpt-1.7b"]
+
+
+SERVE_ARGS = ["--task", "serve", "--model", "llama3-8b", "--system", "h100-sxm-80gb", "--tp", "1", "--input-len",
+              "1000", "--output-len", "100"]
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    ([*SERVE_ARGS, "--stack", "megatron-lm-2021"], "--stack 'megatron-lm-2021' is not allowed with task 'serve' (a "
+                                                   "training stack: it sets no serving-engine setting); allowed: "),
+    (["--model", "llama3-8b", "--system", "h100-sxm-80gb", "--gpus", "8", "--tp", "1", "--pp", "1", "--seq-len",
+      "4096", "--global-batch", "64", "--stack", "vllm-0.11"], "--stack 'vllm-0.11' is not allowed with task "
+                                                               "'train' (an inference stack"),
+    ([*SERVE_ARGS, "--prefill-tp", "2"], "--prefill-tp is given without --prefill-gpus"),
+])
+def test_explain_refuses_what_would_silently_mean_the_defaults(capsys, argv, fragment):
+    """Issue 24: a training stack on a serving configuration (and prefill_tp without a prefill pool) filled
+    nothing and said nothing."""
+    code, _, err = run(capsys, "explain", *argv)
+    assert code == 2 and fragment in error_line(err, "explain"), err
+
+
+def test_explain_serving_with_its_own_stack_and_a_prefill_pool_runs(capsys):
+    code, out, err = run(capsys, "explain", *SERVE_ARGS, "--stack", "vllm-0.11")
+    assert (code, err) == (0, ""), err
+    code, out, err = run(capsys, "explain", *SERVE_ARGS, "--prefill-gpus", "2", "--prefill-tp", "2")
+    assert (code, err) == (0, ""), err
+
+
+@pytest.mark.parametrize("task,extra", [("serve", []), ("infer", ["--batch", "8"])])
+def test_explain_prints_no_tpot_for_one_output_token(capsys, task, extra):
+    """Issue 24: with output_len 1 explain printed a time per output token for a request that has no second
+    token (the decode iteration's time)."""
+    argv = [*SERVE_ARGS[2:], "--task", task, *extra]
+    argv[argv.index("--output-len") + 1] = "1"
+    code, out, err = run(capsys, "explain", *argv)
+    assert (code, err) == (0, "")
+    (line,) = [ln for ln in out.splitlines() if "time per output token" in ln]
+    assert " none " in line and "output_len 1: the prefill makes the only token" in line, line
+    if task == "infer":  # no decode step to split, no decode ops
+        assert "decode step, split" not in out and not re.search(r"^\s*decode\s", out, re.M)
+    code, out, _ = run(capsys, "explain", *argv, "--json")
+    payload = json.loads(out)["configuration_and_outputs"]
+    assert payload["tpot_s"] is None and payload.get("tokens_per_s_per_user") is None
+    argv[argv.index("--output-len") + 1] = "2"
+    code, out, _ = run(capsys, "explain", *argv)
+    assert re.search(r"time per output token.*\d ms", out)
+
+
+@pytest.mark.parametrize("exc,code,line", [
+    (TypeError("unsupported operand"), 70, "dse models: internal error: TypeError: unsupported operand (a bug in dse: "
+                                           "please report the command line; DSE_TRACEBACK=1 prints where it happened)"),
+    (PermissionError(13, "Permission denied", "/data/x.parquet"), 2,
+     "dse models: error: /data/x.parquet: Permission denied"),
+])
+def test_no_traceback_reaches_the_terminal(capsys, monkeypatch, exc, code, line):
+    """Issue 24: any exception the commands do not turn into a message is one line, not a traceback."""
+    import dse.cli
+
+    def broken(args):
+        raise exc
+
+    monkeypatch.setattr(dse.cli, "cmd_models", broken)
+    assert run(capsys, "models")[0:3:2] == (code, line + "\n")
+    monkeypatch.setenv("DSE_TRACEBACK", "1")
+    if code == 70:
+        with pytest.raises(TypeError):
+            main(["models"])
+
+
+def test_a_closed_pipe_ends_quietly():
+    """`dse validate --json ... | head -1`: a BrokenPipeError traceback before (88 kB of JSON, more than a pipe
+    holds, so the writer meets the closed pipe)."""
+    proc = subprocess.Popen([sys.executable, "-m", "dse.cli", "validate", "--json",
+                             *map(str, sorted((REPO / "tests" / "reference").glob("*.csv")))],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert (proc.wait(timeout=60), err) == (141, "")

@@ -260,3 +260,138 @@ def test_a_case_file_given_twice_counts_once(cwd, capsys):
 
     payload = json.loads(captured.out)
     assert len(payload["cases"]) == 11 and "read once" in captured.err
+
+
+# ---- issue 24: a full disk, Ctrl-C: one line, no traceback, no temporary part ---------------------------------
+def test_a_full_disk_exits_2_with_one_line_and_leaves_no_temporary_part(cwd, capsys, monkeypatch, reference):
+    import errno
+
+    import pyarrow.parquet as pq
+
+    real = pq.write_table
+    calls = []
+
+    def full_disk(table, where, **kw):
+        calls.append(where)
+        if len(calls) <= 5:
+            return real(table, where, **kw)
+        Path(where).write_bytes(b"PAR1 half a part")  # the disk filled up mid-write
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pq, "write_table", full_disk)
+    assert main(["run", "spec.yaml", "-o", "out", "--jobs", "1", "--chunk-size", "100", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert "cannot write the dataset: No space left on device [ENOSPC] (5 of 70 parts written by this run are " \
+           "kept); allowed: free space" in err, err
+    assert "`dse run spec.yaml -o out --resume --chunk-size 100`" in err
+    assert sorted(p.name for p in (cwd / "out").iterdir()) == [
+        ".dse.lock", "_spec.yaml", *(f"part-{i:05d}.parquet" for i in range(5))], "no temporary part, no mark"
+    monkeypatch.setattr(pq, "write_table", real)
+    assert main(["run", "spec.yaml", "-o", "out", "--jobs", "1", "--chunk-size", "100", "-q", "--resume"]) == 0
+    assert content_hash(cwd / "out") == reference["faults"]
+
+
+def test_a_file_size_limit_in_loky_workers_is_one_line_not_a_worker_traceback(cwd, specs):
+    """The real thing across processes: the workers inherit RLIMIT_FSIZE (and SIGXFSZ ignored), so their
+    writes fail with EFBIG, as they would with ENOSPC; the error crosses joblib as one line."""
+    script = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (48000, 48000)); from dse.cli import main; "
+              "sys.exit(main(sys.argv[1:]))")
+    res = subprocess.run([sys.executable, "-c", script, "run", str(specs["faults"]), "-o", str(cwd / "out"), "--jobs",
+                          "2", "--chunk-size", "1000", "-q"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "cannot write the dataset: File too large [EFBIG]" in res.stderr
+    left = {p.name for p in (cwd / "out").iterdir()} if (cwd / "out").exists() else set()
+    assert left - {".dse.lock", "_spec.yaml"} == {p for p in left if p.startswith("part-")}, left
+
+
+def _shm_entries_of(pid: int, wait_s: float = 10.0) -> list[str]:
+    """/dev/shm entries named after process ``pid`` (loky: sem.loky-PID-*, joblib: joblib_memmapping_folder_PID_*)
+    still there after up to ``wait_s`` (loky's resource tracker removes them just after the process exits)."""
+    shm = Path("/dev/shm")
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = [p.name for p in shm.glob("*") if f"-{pid}-" in p.name or f"_{pid}_" in p.name] if shm.is_dir() else []
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_ctrl_c_during_a_run_exits_130_with_one_line_and_resume_finishes_it(tmp_path, specs, reference, jobs):
+    out = tmp_path / "interrupted"
+    proc = subprocess.Popen(_cmd(specs["faults"], out)[:-5] + ["--jobs", jobs, "--chunk-size", "100", "-q"],
+                            cwd=REPO, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None and len(list(out.glob("part-*.parquet"))) < 3:
+        time.sleep(0.005)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+    _, err = proc.communicate(timeout=60)
+    if proc.returncode == 0:
+        pytest.skip("the run finished before the interrupt")
+    assert proc.returncode == 130, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"dse run: interrupted: {out}: ") and "parts written by this run are kept" in err, err
+    assert "--resume --chunk-size 100`" in err
+    assert not list(out.glob(".*.tmp-*")) and not (out / "_complete.yaml").exists()
+    assert _shm_entries_of(proc.pid) == [], "loky's semaphores and joblib's memmap folder are cleaned up"
+    res = subprocess.run(_cmd(specs["faults"], out, "--resume"), cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert content_hash(out) == reference["faults"]
+
+
+def test_tiny_chunks_warn_and_absurd_part_counts_are_refused(cwd, capsys):
+    """Issue 24: --chunk-size 1 silently wrote one Parquet file (~20 KB of schema and footer) per point."""
+    spec = resolve_spec(SPEC, "spec.yaml")
+    runner.prepare(spec, cwd / "tiny", part_size=5)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("--chunk-size: warning: 1,383 parts of 5 point(s) each"), err
+    runner.prepare(spec, cwd / "fine", part_size=100)
+    assert capsys.readouterr().err == ""
+    (cwd / "wide.yaml").write_text(yaml.safe_dump(dict(SPEC, grid={**SPEC["grid"],
+                                                                   "global_batch": {"start": 1, "stop": 20}})))
+    assert main(["run", "wide.yaml", "-o", "wide", "--chunk-size", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--chunk-size: value 1 splits the 138,240 points into 138,240 parts (one Parquet file each); allowed: " \
+           "at most 100,000 parts of fewer than 1,000 points, a --chunk-size of at least 2 (default 262,144)" \
+           in err, err
+    assert sorted(p.name for p in cwd.iterdir()) == ["spec.yaml", "wide.yaml"]
+
+
+def test_a_run_removes_the_shm_entries_a_killed_run_left(cwd, tmp_path):
+    """Issue 24: kill -9 of a run (and of its resource tracker) leaves sem.loky-PID-* and
+    joblib_memmapping_folder_PID_* in /dev/shm; the next run removes those of dead processes of this user, and
+    nothing else."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    names = {"stale_sem": f"sem.loky-{dead.pid}-abc123", "stale_dir": f"joblib_memmapping_folder_{dead.pid}_ab_cd",
+             "live_sem": f"sem.loky-{os.getpid()}-xyz", "other": f"sem.mp-{dead.pid}-q", "odd": "sem.loky-x-1"}
+    for key, name in names.items():
+        if key == "stale_dir":
+            (shm / name).mkdir()
+            (shm / name / "a.pkl").write_bytes(b"x")
+        else:
+            (shm / name).write_bytes(b"")
+    assert sorted(runner.remove_stale_shm(shm)) == sorted([names["stale_sem"], names["stale_dir"]])
+    assert sorted(p.name for p in shm.iterdir()) == sorted([names["live_sem"], names["other"], names["odd"]])
+
+
+def test_kill_9_of_the_process_group_then_a_run_leaves_no_shm_entry_of_the_killed_run(tmp_path, specs):
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(_cmd(specs["faults"], out)[:-5] + ["--jobs", "2", "--chunk-size", "100", "-q"],
+                            cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None and len(list(out.glob("part-*.parquet"))) < 3:
+        time.sleep(0.005)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    res = subprocess.run(_cmd(specs["faults"], out, "--resume"), cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert _shm_entries_of(proc.pid, wait_s=0) == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from dse.cli import main
 from dse.frame import InputError, evaluate, evaluate_infer, evaluate_serve
@@ -374,3 +375,38 @@ def test_concurrency_and_request_rate_together_are_refused():
         serve(concurrency=4, request_rate=2.0)
     with pytest.raises(InputError, match="column 'concurrency': value 0 is not allowed"):
         serve(concurrency=0)
+
+
+def test_an_overloaded_grid_is_written_and_named_with_its_capacity(tmp_path, capsys):
+    """Issue 24: an all-overloaded serve grid said only "all fail the constraints": overloaded rows were dropped
+    as if they did not divide.  They are answers, written with their reason; when a --keep leaves nothing, the
+    message names the reason, the rates offered and the most any configuration serves."""
+
+    spec = tmp_path / "over.yaml"
+    spec.write_text(yaml.safe_dump({"name": "over", "task": "serve", "grid": {
+        "model": "llama3-8b", "system": "h100-sxm-80gb", "tp": [1, 2], "input_len": 1000, "output_len": 100,
+        "request_rate": [1000.0, 5000.0]}}))
+    assert main(["run", str(spec), "-o", str(tmp_path / "all"), "-q", "--jobs", "1"]) == 0
+    rows = pd.read_parquet(tmp_path / "all")
+    assert len(rows) == 4 and set(rows["infeasible_reason"].astype(str)) == {"overloaded"}
+    assert main(["info", str(tmp_path / "all")]) == 0
+    assert "reasons of the others: overloaded 4" in capsys.readouterr().out
+    assert main(["run", str(spec), "-o", str(tmp_path / "kept"), "-q", "--keep", "feasible"]) == 2
+    err = capsys.readouterr().err
+    capacity = max(serve(model="llama3-8b", system="h100-sxm-80gb", tp=tp, input_len=1000, output_len=100,
+                         precision="bf16")["requests_per_s"] for tp in (1, 2))
+    assert err.count("\n") == 1 and "the model's answers before them: overloaded 4 (offered 1,000 to 5,000 " \
+        f"requests/s; the most any of them serves, at maximum load, is {capacity:,.3g} requests/s)" in err, err
+    assert not (tmp_path / "kept").exists()
+
+
+@pytest.mark.parametrize("row,fragment", [
+    ({}, "missing column 'input_len' (required for task 'serve'"),
+    ({"input_len": None}, "column 'input_len': empty, but a value is required for task 'serve'"),
+])
+def test_a_serve_row_missing_input_len_names_task_serve(row, fragment):
+    """Issue 24: a serve row without input_len said "required for task 'infer'"."""
+    base = {k: v for k, v in BASE.items() if k != "input_len"}
+    with pytest.raises(InputError) as caught:
+        evaluate_serve(pd.DataFrame([{**base, **row}]), "cases.csv")
+    assert fragment in str(caught.value) and "'infer'" not in str(caught.value)

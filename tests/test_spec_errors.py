@@ -39,6 +39,11 @@ def base_grid(**axes: Any) -> dict[str, Any]:
     return grid
 
 
+#: A tiny valid serving sub-grid.
+SERVE_GRID: dict[str, Any] = {"model": "llama3-8b", "system": "h100-sxm-80gb", "tp": 1, "input_len": 1000,
+                              "output_len": 100}
+
+
 def dump(doc: object) -> str:
     return yaml.safe_dump(doc, sort_keys=False, default_flow_style=None)
 
@@ -154,6 +159,15 @@ CORPUS: dict[str, Bad] = {
                         allowed=("train, infer, serve",)),
     "training_key_in_inference_grid": Bad(spec_text(task="infer"), key=("grid",),
                                           allowed=("task 'infer'", "batch, input_len, output_len")),
+    "training_stack_on_serve_spec": Bad(spec_text(SERVE_GRID | {"stack": "megatron-lm-2021"}, task="serve"),
+                                        key=("grid.stack",), value=("'megatron-lm-2021'", "a training stack"),
+                                        allowed=("tensorrt-llm-1.0, vllm-0.11",)),
+    "serving_stack_on_train_spec": Bad(spec_text(base_grid(stack=["nemo-24.07", "vllm-0.11"])), key=("grid.stack",),
+                                       value=("'vllm-0.11'", "an inference stack"),
+                                       allowed=("megatron-lm-2021", "nemo-24.07")),
+    "prefill_tp_without_prefill_gpus": Bad(spec_text(SERVE_GRID | {"prefill_tp": [1, 2]}, task="serve"),
+                                           key=("grid.prefill_tp", "grid.prefill_gpus"),
+                                           allowed=("prefill_gpus with it (disaggregated prefill), or neither",)),
     "name_escapes_results": Bad(spec_text(name="../x"), key=("name",), value=("'../x'",),
                                 allowed=("letters, digits",)),
     "description_not_text": Bad(spec_text(description=["a", "b"]), key=("description",), value=("['a', 'b']",),
@@ -165,6 +179,8 @@ CORPUS: dict[str, Bad] = {
                                   allowed=("a mapping with keys",)),
     "filter_huge_exponent": Bad(with_filters("tp > 9**9**9"), key=("constraints.filters[0]",),
                                 value=("'tp > 9**9**9'",), allowed=("an exponent must be a number between",)),
+    "filter_number_beyond_float": Bad(with_filters("tp < " + "9" * 1900), key=("constraints.filters[0]",),
+                                      value=("1,900 digits",), allowed=("numbers of magnitude at most 1.798e+308",)),
     "constraints_unknown_key": Bad(spec_text(constraints={"fits": True}), key=("constraints", "'fits'"),
                                    allowed=("divisible, tp_within_scaleup, filters",)),
     "divisible_not_a_bool": Bad(spec_text(constraints={"divisible": "yes please"}), key=("constraints.divisible",),
@@ -307,7 +323,7 @@ def test_valid_spec_writes_spec_file_and_parts_then_refuses_to_overwrite_without
     assert "_spec.yaml" in files
     parts = [f for f in files if f.startswith("part-") and f.endswith(".parquet")]
     assert parts == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]  # 8 points, 3 a part
-    assert set(files) == {"_spec.yaml", ".dse.lock", *parts}, "no temporary files are left behind"
+    assert set(files) == {"_spec.yaml", "_complete.yaml", ".dse.lock", *parts}, "no temporary files are left behind"
     doc = yaml.safe_load((out / "_spec.yaml").read_text(encoding="utf-8"))
     assert doc["points"] == 8 and doc["part_size"] == 3 and doc["parts"] == 3
     assert doc["spec"]["constraints"]["filters"] == ["tp * pp <= 2"]

@@ -34,10 +34,12 @@ def new_figure(width: float, height: float) -> Figure:
 
 
 def save_figure(fig: Figure, path: str | Path) -> Path:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, bbox_inches="tight", pad_inches=0.1)  # constrained layout + tight box: nothing clipped
-    return out
+    """Write ``fig`` to ``path`` (format from the suffix) atomically (:func:`dse.outputs.write_atomic`)."""
+    from dse.outputs import figure_metadata, write_atomic
+
+    # constrained layout + tight box: nothing clipped; PNG text marks the file as dse's (dse.outputs)
+    meta = figure_metadata() if Path(path).suffix.lower() == ".png" else None
+    return write_atomic(path, lambda tmp: fig.savefig(tmp, bbox_inches="tight", pad_inches=0.1, metadata=meta))
 
 
 def _grid(fig: Figure, n: int, ncols: int, sharex: bool = False, sharey: bool = False) -> list[Axes]:

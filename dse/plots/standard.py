@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from dse.dataset import load_results
+from dse.outputs import write_atomic
 from dse.plots.data import (
     best_rows,
     breakdown_data,
@@ -44,9 +45,7 @@ def write_plot_data(data: pd.DataFrame, png: Path) -> Path:
     for col in frame.columns:
         if isinstance(frame[col].dtype, pd.CategoricalDtype):
             frame[col] = frame[col].astype(str)
-    out = png.with_suffix(".parquet")
-    frame.to_parquet(out, index=False)
-    return out
+    return write_atomic(png.with_suffix(".parquet"), lambda tmp: frame.to_parquet(tmp, index=False))
 
 
 def _slug(*parts: object) -> str:
@@ -68,6 +67,18 @@ def _pick_model_system(frame: pd.DataFrame) -> tuple[str, str]:
     return str(top["model"]), str(top["system"])
 
 
+def _check_choice(results_dir: str | Path, frame: pd.DataFrame, column: str, value: str | None) -> None:
+    """``--model`` / ``--system`` must name one of the dataset's values that has a feasible row."""
+    if value is None:
+        return
+    feasible = [str(v) for v in _values(frame, column)]
+    if value in feasible:
+        return
+    swept = {str(v) for v in pd.read_parquet(results_dir, columns=[column])[column].unique()}
+    what = "has no feasible row in" if value in swept else f"is not a {column} of"
+    raise ValueError(f"--{column}: value {value!r} {what} {results_dir}; allowed: {', '.join(feasible)}")
+
+
 def draw_standard_figures(results_dir: str | Path, out_dir: str | Path, model: str | None = None,
                           system: str | None = None) -> list[Path]:
     """Draw the standard figures of a sweep dataset into ``out_dir``, each PNG with its plot data beside it
@@ -84,10 +95,23 @@ def draw_standard_figures(results_dir: str | Path, out_dir: str | Path, model: s
     * ``roofline_MODEL_SYSTEM.png``: the layer operations of that pair's best row on its GPU's roofline.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     frame = load_results(results_dir)
     if frame.empty:
         raise ValueError(f"{results_dir}: no feasible row to draw")
+    _check_choice(results_dir, frame, "model", model)
+    _check_choice(results_dir, frame, "system", system)
+    training = "tokens_per_s_per_user" not in frame.columns and "e2e_latency_s" not in frame.columns
+    if training:  # the pair of the heatmap and the roofline, checked before anything is drawn
+        if model is None or system is None:
+            picked = _pick_model_system(frame[frame["model"].astype(str) == model] if model else
+                                        frame[frame["system"].astype(str) == system] if system else frame)
+            model, system = model or picked[0], system or picked[1]
+        pair = frame[(frame["model"].astype(str) == model) & (frame["system"].astype(str) == system)]
+        if pair.empty:
+            raise ValueError(f"{results_dir}: no feasible row for model {model!r} on system {system!r}; allowed: "
+                             f"a system with feasible rows of {model!r}: "
+                             f"{', '.join(map(str, _values(frame[frame['model'].astype(str) == model], 'system')))}")
+    out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 
     def emit(data: pd.DataFrame, png: Path) -> None:
@@ -135,12 +159,7 @@ def draw_standard_figures(results_dir: str | Path, out_dir: str | Path, model: s
                  if kind == "time" else
                  f"Memory per GPU of the best layout (tokens/s per GPU) on {at} GPUs per model and system") + scope
         emit(data, draw_breakdown(data, kind, out / f"breakdown_{kind}.png", facet=facet, title=title))
-    if model is None or system is None:
-        picked = _pick_model_system(frame)
-        model, system = model or picked[0], system or picked[1]
-    pair = frame[(frame["model"].astype(str) == model) & (frame["system"].astype(str) == system)]
-    if pair.empty:
-        raise ValueError(f"{results_dir}: no feasible row for model {model!r} on system {system!r}")
+    assert model is not None and system is not None
     gpus = int(pair["gpus"].max())
     batches = np.sort(pair.loc[pair["gpus"] == gpus, "global_batch"].unique())
     batch = int(batches[(len(batches) - 1) // 2])

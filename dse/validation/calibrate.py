@@ -276,6 +276,11 @@ def load_calibration(path: str | Path) -> Overrides:
             raise InputError(f"{p}: constants[{i}]: {entry!r} is not allowed; allowed: {{generation: one of "
                              f"{', '.join(eff.index)}, constant: one of {', '.join(hwcat.EFFICIENCY_COLUMNS)}, "
                              "value: a positive number}")
+        bound = hwcat.constant_upper_bound(str(entry["constant"]))
+        if isinstance(entry["value"], bool) or not entry["value"] <= bound:
+            raise InputError(f"{p}: constants[{i}]: {entry['generation']}:{entry['constant']} value {entry['value']!r} "
+                             f"is not allowed; allowed: a positive number at most {bound:g} (the bound `dse calibrate` "
+                             "fits within)")
         out[(str(entry["generation"]), str(entry["constant"]))] = float(entry["value"])
     return out
 

@@ -156,7 +156,9 @@ def apply_assumptions(frame: pd.DataFrame, assumptions: Sequence[Assumption]) ->
     applied: list[dict] = [empty] * len(frame)
     if not assumptions:
         return frame, applied
-    cases = frame["case"].astype(str)
+    # Python's regular expressions: fnmatch.translate writes atomic groups "(?>...)" for a glob with two "*",
+    # which pyarrow's RE2 (a pyarrow-backed string column) refuses
+    cases = frame["case"].astype(str).astype(object)
     wanted: dict[str, np.ndarray] = {}  # column -> per-row value to fill (None: nothing), later rules win
     for rule in assumptions:
         rows = cases.str.fullmatch(fnmatch.translate(rule.cases)).to_numpy(dtype=bool)
