@@ -84,6 +84,11 @@ OPTIMIZER_16BIT = 1
 #: The dtype of LoRA adapters: the base model's 16 bits, or fp32 (HF PEFT 2023 creates ``lora_A`` / ``lora_B`` as
 #: ``nn.Linear`` in the default float32 and moves them to the weight's device only).
 ADAPTER_PRECISION: tuple[str, ...] = ("16bit", "fp32")
+#: How ZeRO-1/2 reduce the gradients: one reduce-scatter per bucket (Megatron's distributed optimizer, FSDP), or
+#: DeepSpeed's stage 1/2 ``average_tensor``: one ``dist.reduce`` per destination rank's slice of each bucket
+#: (deepspeed/runtime/zero/stage_1_and_2.py, v0.9-0.12), buckets of hidden² elements (HF Transformers' "auto"
+#: reduce_bucket_size, transformers/integrations/deepspeed.py) — thousands of small collectives per step.
+DP_REDUCE: tuple[str, ...] = ("reduce_scatter", "reduce_per_rank")
 #: The unit a framework's memory report calls "GB": 10^9 bytes, or 2^30 (PyTorch's and DeepSpeed's memory
 #: printouts divide by 1024^3 and print "GB").
 MEMORY_REPORT: tuple[str, ...] = ("gb", "gib")

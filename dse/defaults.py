@@ -23,6 +23,7 @@ CATEGORICAL_DEFAULTS: dict[str, str] = {
     "optimizer": "adam_mixed",
     "memory_report": "gb",
     "adapter_precision": "16bit",
+    "dp_reduce": "reduce_scatter",
 }
 #: Vocabulary of each categorical input.
 CATEGORICAL: dict[str, tuple[str, ...]] = {
@@ -40,6 +41,7 @@ CATEGORICAL: dict[str, tuple[str, ...]] = {
     "optimizer": codes.OPTIMIZER,
     "memory_report": codes.MEMORY_REPORT,
     "adapter_precision": codes.ADAPTER_PRECISION,
+    "dp_reduce": codes.DP_REDUCE,
 }
 
 #: The defaults, as documented in the README ("Inputs, defaults and optional knobs").
@@ -77,6 +79,7 @@ DEFAULTS_DOC: dict[str, str] = {
     "optimizer": "adam_mixed (fp32 master weights, momentum and variance)",
     "memory_report": "gb (peak_memory_gb in 10^9 bytes)",
     "adapter_precision": "16bit (LoRA adapters in the model's 16-bit dtype)",
+    "dp_reduce": "reduce_scatter (one collective per gradient bucket)",
 }
 
 

@@ -69,7 +69,7 @@ TRAIN_KNOBS: dict[str, tuple[str, ...]] = {
     "attention": codes.ATTENTION, "tp_overlap": codes.TP_OVERLAP, "recompute": codes.RECOMPUTE,
     "dp_overlap": ("0", "1"), "pp_overlap": ("0", "1"), "sp": ("0", "1"), "zero": ("0", "1", "2", "3"),
     "zero3_fetch": codes.ZERO3_FETCH, "kernels": codes.KERNELS, "optimizer": codes.OPTIMIZER,
-    "memory_report": codes.MEMORY_REPORT, "adapter_precision": codes.ADAPTER_PRECISION,
+    "memory_report": codes.MEMORY_REPORT, "adapter_precision": codes.ADAPTER_PRECISION, "dp_reduce": codes.DP_REDUCE,
 }
 #: Settings recorded for the reader (no term in the model) and serving-engine settings.
 RECORDED: dict[str, str] = {"fp8_recipe": "text"}

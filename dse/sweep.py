@@ -28,7 +28,7 @@ INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp",
                  "global_batch", "seq_len", "recompute", "zero", "precision", "attention", "tp_overlap",
                  "dp_overlap", "pp_overlap", "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch",
                  "pipeline_split", "layers_first_stage", "layers_last_stage", "doc_len", "kernels", "optimizer",
-                 "memory_report", "adapter_precision", "stack")
+                 "memory_report", "adapter_precision", "dp_reduce", "stack")
 INFER_INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "batch", "input_len", "output_len",
                        "precision", "kv_precision")
 SMALL_INT_COLUMNS = ("sp", "zero", "dp_overlap", "pp_overlap")

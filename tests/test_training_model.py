@@ -109,6 +109,7 @@ def configs(draw):
         "layers_last_stage": np.nan, "doc_len": np.nan,
         "kernels": draw(st.sampled_from([0, 0, 1])), "optimizer": draw(st.sampled_from([0, 0, 1])),
         "memory_report": draw(st.integers(0, 1)), "adapter_precision": draw(st.integers(0, 1)),
+        "dp_reduce": draw(st.integers(0, 1)),
     }
     system = SYSTEMS.index(draw(st.sampled_from(["a100-sxm-80gb", "h100-sxm-80gb", "b200", "gb200-nvl72"])))
     return x, system

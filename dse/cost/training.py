@@ -94,7 +94,7 @@ TRAIN_INPUTS: tuple[str, ...] = (
     "tied_embeddings", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "micro_batch", "global_batch",
     "seq_len", "recompute", "zero", "precision", "attention", "tp_overlap", "dp_overlap", "pp_overlap",
     "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch", "pipeline_split", "layers_first_stage",
-    "layers_last_stage", "doc_len", "kernels", "optimizer", "memory_report", "adapter_precision",
+    "layers_last_stage", "doc_len", "kernels", "optimizer", "memory_report", "adapter_precision", "dp_reduce",
 )
 
 #: Metric outputs (NaN on configurations that do not divide).
@@ -445,6 +445,10 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
         reduce_scatter_time(g_dense, dpc, dense_links) + reduce_scatter_time(g_expert, edp, expert_links),
         allreduce_time(g_dense, dpc, dense_links) + allreduce_time(g_expert, edp, expert_links),
     )
+    # DeepSpeed's ZeRO-1/2 reduction: a dist.reduce per destination rank and hidden²-element bucket, each paying
+    # a ring collective's start-up (dp_reduce = reduce_per_rank)
+    per_rank = z1 * (1.0 - z3) * (x["dp_reduce"] >= 1).astype(f64)
+    grad_sync = grad_sync + per_rank * dpc * np.ceil(p_train / (h * h)) * ring_latency(t, dpc, D)
     param_gather = z1 * (allgather_time(2.0 * tw * p_dense_train, dpc, dense_links)
                          + allgather_time(2.0 * p_expert_train, edp, expert_links))
     # ZeRO-3 gathers every held weight (trainable or frozen) for each micro-batch's forward and backward
