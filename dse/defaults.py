@@ -51,7 +51,7 @@ DEFAULTS_DOC: dict[str, str] = {
     "mlp": "gelu",
     "experts": "1",
     "top_k": "1",
-    "tp, pp (sweep specs)": "1",
+    "tp, pp": "1",
     "cp": "1",
     "ep": "1",
     "vpp": "1 (plain 1F1B)",

@@ -45,7 +45,7 @@ MEMORY_LABELS = {
     "mem_optimizer_bytes": "optimizer states",
     "mem_activations_bytes": "activations",
     "mem_buffers_bytes": "runtime + comm buffers",
-    "mem_step_extra_bytes": "optimizer-step temporaries beyond the freed activations",
+    "mem_step_extra_bytes": "optimizer-step temporaries",
 }
 
 

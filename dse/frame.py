@@ -282,15 +282,15 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     frame = _fill_dimensions_from_catalog(frame, source)
     check_stack(frame, source)
     frame, _ = apply_stack(frame, record=False)  # the stack's profile fills the knobs the row leaves empty
-    for col in ("layers", "hidden", "heads", "vocab", "system", "tp", "pp", "seq_len", "global_batch"):
+    for col in ("layers", "hidden", "heads", "vocab", "system", "seq_len", "global_batch"):
         if col not in frame.columns:
             raise InputError(f"{source}: missing column {col!r} (required; see README.md, section 'Case files')")
     if "dp" not in frame.columns and "gpus" not in frame.columns:
         raise InputError(f"{source}: missing column 'dp' or 'gpus' (one of them is required)")
     x: dict[str, np.ndarray] = {}
-    for name in ("layers", "hidden", "heads", "vocab", "tp", "pp", "seq_len", "global_batch"):
+    for name in ("layers", "hidden", "heads", "vocab", "seq_len", "global_batch"):
         x[name] = _required_integers(frame, name, source)
-    ints = {k: _integers(frame, k, source) for k in (
+    ints = {k: _integers(frame, k, source) for k in ("tp", "pp",
         "kv_heads", "ffn_hidden", "experts", "top_k", "cp", "ep", "vpp", "micro_batch", "sp", "zero", "dp",
         "gpus", "dp_overlap", "pp_overlap", "tied_embeddings", "lora_rank", "layers_first_stage",
         "layers_last_stage", "doc_len")}
