@@ -83,6 +83,9 @@ DEFAULTS_DOC: dict[str, str] = {
 }
 
 
+#: ZeRO stage of a row that states none: Megatron's distributed optimizer, the NeMo default.
+DEFAULT_ZERO = 1.0
+
 #: Adapter rank when lora / qlora is asked without one.  ASSUMPTION: 16, between the LoRA paper's 4-8 and
 #: QLoRA's 64 (Hu et al. 2021; Dettmers et al. 2023).
 DEFAULT_LORA_RANK = 16.0
@@ -109,7 +112,7 @@ def fill_defaults(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     fill("dp", np.floor(x["gpus"] / model_parallel))
     fill("gpus", model_parallel * x["dp"])
     fill("sp", (x["tp"] > 1).astype(np.float64))
-    fill("zero", 1.0)
+    fill("zero", DEFAULT_ZERO)
     fill("dp_overlap", 1.0)
     fill("pp_overlap", 1.0)
     fill("tied_embeddings", 0.0)

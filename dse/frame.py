@@ -25,7 +25,7 @@ from dse.cost.training import TRAIN_METRICS, train_step
 from dse.defaults import CATEGORICAL, CATEGORICAL_DEFAULTS, DEFAULTS_DOC, fill_defaults  # noqa: F401 (re-export)
 from dse.hardware import catalog as hwcat
 from dse.models.catalog import models as model_catalog
-from dse.stacks import SERVE_VALUE_CODES, apply_stack, stack_names
+from dse.stacks import apply_stack, fill_serving_settings, stack_names
 
 DIMENSION_COLUMNS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts", "top_k")
 PARALLEL_COLUMNS = ("gpus", "tp", "pp", "dp", "cp", "ep", "vpp")
@@ -500,28 +500,12 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     x["prefill_tp"] = _integers(frame, "prefill_tp", source)
     # a disaggregated deployment's GPUs: the prefill pool's and the decode pool's (tp·pp·dp)
     x["gpus"] = np.where(np.isnan(x["prefill_gpus"]), x["gpus"], x["tp"] * x["pp"] * x["dp"] + x["prefill_gpus"])
-    if "stack" in frame.columns:
-        from dse.stacks import profile
-
+    stack_code = np.full(n, -1)
+    if "stack" in frame.columns:  # the engine's defaults where the row leaves them empty
         names = _lower_names(frame["stack"], _blank(frame["stack"]), "")
-        for stack in [s for s in pd.unique(names) if s]:
-            rows = (names == stack).to_numpy()
-            prof = profile(stack)
-            for key, col in SERVING_STACK_SETTINGS:
-                if key in prof:  # the engine's default where the row leaves it empty
-                    value = float(SERVE_VALUE_CODES[key].index(prof[key])) if key in SERVE_VALUE_CODES else \
-                        float(prof[key])
-                    x[col] = np.where(rows & np.isnan(x[col]), value, x[col])
-    for col in ("cuda_graphs", "kv_reservation"):  # neither stated nor set by a stack: off, on demand
-        x[col] = np.where(np.isnan(x[col]), 0.0, x[col])
+        stack_code = pd.Index(stack_names()).get_indexer(pd.Index(names.to_numpy(dtype=object)))
+    fill_serving_settings(x, stack_code)
     return x, systems
-
-
-#: The engine settings a serving row takes from its stack when it leaves them empty: (profile key, input).
-SERVING_STACK_SETTINGS: tuple[tuple[str, str], ...] = (
-    ("kv_memory_fraction", "kv_memory_fraction"), ("kv_block_tokens", "kv_block_tokens"), ("max_batch", "batch"),
-    ("max_num_tokens", "max_num_tokens"), ("decode_kv_reads", "decode_kv_reads"), ("cuda_graphs", "cuda_graphs"),
-    ("kv_reservation", "kv_reservation"))
 
 
 def evaluate_serve(frame: pd.DataFrame, source: str = "<frame>",

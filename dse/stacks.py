@@ -36,6 +36,7 @@ from dse.cells import arrow_text as _arrow_text
 from dse.cells import blank as _blank
 from dse.cells import is_categorical, to_float
 from dse.cells import lower_names as _lower_names
+from dse.defaults import DEFAULT_ZERO
 
 #: Known stacks and what each names.
 STACKS: dict[str, str] = {
@@ -90,12 +91,53 @@ def per_zero(value: str, zero: np.ndarray) -> np.ndarray | None:
     parts = value.split("/")
     if len(parts) == 1:
         return None
-    stage = np.where(np.isnan(zero), 1.0, zero).astype(np.int64).clip(0, 3)
-    return np.asarray(parts, dtype=object)[stage]
+    return np.asarray(parts, dtype=object)[zero_stage_index(zero)]
+
+
+def zero_stage_index(zero: np.ndarray) -> np.ndarray:
+    """Each row's ZeRO stage as an index 0..3 into a per-stage setting (empty: the documented default)."""
+    return np.where(np.isnan(zero), DEFAULT_ZERO, zero).astype(np.int64).clip(0, 3)
 
 
 def stack_names() -> tuple[str, ...]:
     return tuple(STACKS)
+
+
+#: The engine settings a serving row or point takes from its stack when it leaves them empty:
+#: (profile key, serving kernel input).
+SERVING_STACK_SETTINGS: tuple[tuple[str, str], ...] = (
+    ("kv_memory_fraction", "kv_memory_fraction"), ("kv_block_tokens", "kv_block_tokens"), ("max_batch", "batch"),
+    ("max_num_tokens", "max_num_tokens"), ("decode_kv_reads", "decode_kv_reads"), ("cuda_graphs", "cuda_graphs"),
+    ("kv_reservation", "kv_reservation"))
+#: Serving inputs that neither the row nor its stack sets take these values (no CUDA graphs, KV on demand).
+SERVING_UNSTATED: dict[str, float] = {"cuda_graphs": 0.0, "kv_reservation": 0.0}
+
+
+@cache
+def serving_tables() -> dict[str, np.ndarray]:
+    """Per serving input of SERVING_STACK_SETTINGS, the value each stack code (index into :func:`stack_names`)
+    sets, as a number (named values as their code; NaN: the stack leaves it to the model)."""
+    out = {}
+    for key, col in SERVING_STACK_SETTINGS:
+        table = np.full(len(STACKS), np.nan)
+        for i, stack in enumerate(STACKS):
+            value = profile(stack).get(key)
+            if value is not None:
+                table[i] = float(SERVE_VALUE_CODES[key].index(value)) if key in SERVE_VALUE_CODES else float(value)
+        out[col] = table
+    return out
+
+
+def fill_serving_settings(x: dict[str, np.ndarray], stack_code: np.ndarray) -> None:
+    """Fill, in place, the serving inputs of ``x`` left empty (NaN) from each row's stack (``stack_code``: index
+    into :func:`stack_names`, negative or NaN for none), then the unstated ones with SERVING_UNSTATED."""
+    code = np.nan_to_num(np.asarray(stack_code, dtype=np.float64), nan=-1.0).astype(np.int64)
+    has = code >= 0
+    for col, table in serving_tables().items():
+        value = np.where(has, table[np.where(has, code, 0)], np.nan)
+        x[col] = np.where(np.isnan(x[col]), value, x[col]).astype(x[col].dtype)
+    for col, unstated in SERVING_UNSTATED.items():
+        x[col] = np.where(np.isnan(x[col]), unstated, x[col]).astype(x[col].dtype)
 
 
 def _project_and_version(name: str) -> tuple[str, tuple[float, ...]]:
@@ -226,7 +268,7 @@ def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAI
                 bits[target] |= np.int64(1) << bit_of.setdefault(key, len(bit_of))
     if record and bits.any():
         name_code, name_values = pd.factorize(names.to_numpy(dtype=object))
-        stage = np.where(np.isnan(zero_now := _zero_stage(frame)), 1.0, zero_now).astype(np.int64).clip(0, 3)
+        stage = zero_stage_index(_zero_stage(frame))
         combo_key = (name_code.astype(np.int64) << 40) | (bits << 3) | (stage << 1) | (vpp > 1)
         combos, group = np.unique(combo_key, return_inverse=True)
         group = group.reshape(-1)

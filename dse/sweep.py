@@ -21,7 +21,7 @@ from dse.grid import Grid
 from dse.hardware import catalog as hwcat
 from dse.hardware.derive import DERIVE_AXES, base_technology, derived_hardware_columns
 from dse.spec import MODEL_KEYS, TECH_CAT_AXES, Spec, tech_vocabulary
-from dse.stacks import knob_tables, stack_names
+from dse.stacks import fill_serving_settings, knob_tables, stack_names, zero_stage_index
 
 #: Input columns written per row (after ``point``), in this order.
 INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "micro_batch",
@@ -122,7 +122,7 @@ def kernel_inputs(spec: Spec, cols: dict[str, np.ndarray]) -> tuple[dict[str, np
             x[key] = np.where(np.isnan(x[key]), default, x[key]).astype(DTYPE)
         x["gpus"] = (x["tp"] * x["pp"] * x["dp"] + np.nan_to_num(x["prefill_gpus"])).astype(DTYPE)
         x["stack"] = cols["stack"] if "stack" in cols else np.full(n, np.nan, dtype=DTYPE)
-        _fill_serving_from_stack(x)
+        fill_serving_settings(x, x["stack"])
     elif spec.task == "infer":
         for key, default in (("tp", 1.0), ("pp", 1.0), ("dp", 1.0), ("kv_precision", float(codes.KV_AUTO)),
                              ("precision", float(codes.PRECISION_BF16))):
@@ -136,28 +136,6 @@ def kernel_inputs(spec: Spec, cols: dict[str, np.ndarray]) -> tuple[dict[str, np
     return x, cols["system"].astype(np.int64)
 
 
-def _fill_serving_from_stack(x: dict[str, np.ndarray]) -> None:
-    """Engine settings a point leaves empty take its stack's defaults (batch, max_num_tokens, KV fraction and
-    block, decode KV reads); without a stack they stay empty (the serving model's defaults)."""
-    from dse.stacks import profile
-
-    has = ~np.isnan(x["stack"])
-    code = np.where(has, x["stack"], 0).astype(np.int64)
-    names = stack_names()
-    from dse.frame import SERVING_STACK_SETTINGS
-    from dse.stacks import SERVE_VALUE_CODES
-
-    for key, col in SERVING_STACK_SETTINGS:
-        table = np.full(len(names), np.nan)
-        for i, stack in enumerate(names):
-            value = profile(stack).get(key)
-            if value is not None:
-                table[i] = float(SERVE_VALUE_CODES[key].index(value)) if key in SERVE_VALUE_CODES else float(value)
-        x[col] = np.where(np.isnan(x[col]) & has, np.where(has, table[code], np.nan), x[col]).astype(x[col].dtype)
-    for col in ("cuda_graphs", "kv_reservation"):  # neither stated nor set by a stack: off, on demand
-        x[col] = np.where(np.isnan(x[col]), 0.0, x[col]).astype(x[col].dtype)
-
-
 def _fill_from_stack(x: dict[str, np.ndarray], stack: np.ndarray) -> None:
     """Knobs a point leaves empty (NaN) take its stack's profile value (:func:`dse.stacks.knob_tables`),
     gathered by stack code; a point without a stack keeps NaN (the model's default)."""
@@ -169,7 +147,7 @@ def _fill_from_stack(x: dict[str, np.ndarray], stack: np.ndarray) -> None:
     for key, table in tables.items():
         if key not in x:
             continue
-        stage = np.where(np.isnan(x["zero"]), 1.0, x["zero"]).astype(np.int64).clip(0, 3)
+        stage = zero_stage_index(x["zero"])
         value = np.where(has, table[code, stage], np.nan)
         value = np.where(value == -1.0, (x["vpp"] > 1).astype(np.float64), value)  # when_vpp
         x[key] = np.where(np.isnan(x[key]), value, x[key]).astype(x[key].dtype)
