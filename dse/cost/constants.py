@@ -107,7 +107,8 @@ ZERO3_FETCH_OVERHEAD_S = 164e-6
 EAGER_KERNEL_S = 14.4e-6
 #: The unfused attention's batched matmuls (QKᵀ, PV; 2·b·a·s²·d FLOPs each, head_dim 128) reach only this fraction
 #: of the 16-bit tensor peak: Zhang et al. 2023 Table VI profiles them at 4.32 + 2.21 ms for 2 × 64 GFLOP on the
-#: A800 (batch 2, sequence 350, 32 layers), 19.6 TFLOP/s of 312 (zhang2023_module_profiles.md).
+#: A800 (batch 2, sequence 350, 32 layers), 19.6 TFLOP/s of 312 (zhang2023_module_profiles.md).  One Ampere
+#: measurement at one shape: on other GPUs and shapes an ASSUMPTION.
 EAGER_BMM_EFFICIENCY = 128.5e9 / (6.53e-3 * 312e12)
 #: torch.optim.AdamW (foreach) on 16-bit parameters, bytes per parameter of its step (torch/optim/adamw.py
 #: _multi_tensor_adamw): weight decay ``_foreach_mul_`` r2 w2, ``_foreach_lerp_`` of the momentum r2 r2 w2,

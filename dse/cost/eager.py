@@ -9,6 +9,8 @@ attention scores; 16-bit activations, fp32 where the code casts:
 * RMSNorm (twice): ``to(float32)`` r2 w4, ``pow(2)`` r4 w4, ``mean`` r4, ``+eps``, ``rsqrt``, ``x * r`` r4 w4,
   ``to(bf16)`` r4 w2, ``weight *`` r2 w2: 36 bytes per element, 8 kernels.  Its autograd backward (mul, cast,
   mul with the row reduction, mean, pow, the two gradient paths added, cast back) moves 78 bytes, 12 kernels.
+  (Backward byte and kernel counts are read off autograd's formulas for these operations, not profiled: an
+  ASSUMPTION at the level of a few bytes and kernels.)
 * residual adds (twice) r4 w2 and the attention output's ``transpose(1, 2).contiguous()`` r2 w2: 16 bytes per
   T·h forward; backward the two gradient accumulations, 12, and the copy back, 4.
 * RoPE on q and k: ``q * cos`` r2 w2, ``rotate_half`` = ``-x2`` r1 w1 and ``cat`` r2 w2, ``* sin`` r2 w2, ``+`` r4 w2:
