@@ -21,6 +21,7 @@ import numpy as np
 import yaml
 
 from dse import codes
+from dse.cost.architecture import ARCHITECTURE_COLUMNS
 from dse.cost.training import DTYPE, TRAIN_INPUTS, train_step
 from dse.hardware import catalog as hwcat
 from dse.models.catalog import models
@@ -31,7 +32,8 @@ TILE_SIZES = (8192, 16384, 32768, 65536, 131072, 262144)
 
 
 def _random_models(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
-    """The dimension columns of N models drawn from the catalog (kernel inputs)."""
+    """The dimension and architecture columns of N models drawn from the catalog (kernel inputs): a mix of dense,
+    MoE and MLA models in the catalog's proportions."""
     cat = models()
     pick = rng.integers(0, len(cat), n)
     x: dict[str, np.ndarray] = {}
@@ -39,6 +41,9 @@ def _random_models(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
                 "tied_embeddings"):
         x[col] = cat[col].to_numpy(dtype=np.float64)[pick]
     x["mlp"] = cat["mlp_code"].to_numpy(dtype=np.float64)[pick]
+    for col in ARCHITECTURE_COLUMNS:  # today's models (MLA, fine-grained and shared experts, windows): 0 = not set
+        values = cat["attention_kind_code" if col == "attention_kind" else col].to_numpy(dtype=np.float64)
+        x[col] = np.nan_to_num(values)[pick]
     return x
 
 
@@ -49,6 +54,7 @@ def random_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], np.nda
     pow2 = lambda hi: 2.0 ** rng.integers(0, hi + 1, n)  # noqa: E731
     x["tp"], x["pp"], x["dp"], x["cp"] = pow2(3), pow2(4), pow2(7), pow2(1)
     x["ep"] = np.where(x["experts"] > 1, pow2(3), 1.0)
+    x["etp"] = np.zeros(n)  # expert tensor parallel = tp
     x["gpus"] = x["tp"] * x["pp"] * x["dp"] * x["cp"]
     x["vpp"] = rng.choice([1.0, 2.0, 3.0, 4.0], n)
     x["sp"] = rng.integers(0, 2, n).astype(np.float64)

@@ -34,6 +34,12 @@ MLP_GELU, MLP_SWIGLU, MLP_RELU2 = 0, 1, 2
 ATTENTION: tuple[str, ...] = ("flash", "standard")
 ATTENTION_FLASH, ATTENTION_STANDARD = 0, 1
 
+#: Attention of the model (not the kernel): grouped-query (also multi-head when kv_heads = heads, and
+#: multi-query), multi-head (kv_heads must equal heads), or multi-head latent attention (DeepSeek-V2/V3,
+#: Kimi K2; see dse.cost.architecture).
+ATTENTION_KIND: tuple[str, ...] = ("gqa", "mha", "mla")
+ATTENTION_KIND_MLA = 2
+
 #: How tensor-parallel communication overlaps compute.  none: every collective is on the critical path
 #: (Megatron-LM 2021).  backward: the backward all-reduce / reduce-scatter of input gradients runs under the
 #: weight-gradient GEMM (Megatron-LM async TP communication, Korthikanti 2022 §6.2).  full: all TP
@@ -126,6 +132,8 @@ REASONS: tuple[str, ...] = (
     "overloaded",
     "prefill pool does not divide",
     "host_memory_exceeded",
+    "(tp*cp*dp) % (ep*etp) != 0",
+    "moe_ffn_hidden % etp != 0",
 )
 REASON_CODE: dict[str, int] = {r: i for i, r in enumerate(REASONS)}
 

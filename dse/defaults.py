@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from dse import codes
+from dse.cost.architecture import ARCHITECTURE_COLUMNS
 
 #: Categorical defaults (names).
 CATEGORICAL_DEFAULTS: dict[str, str] = {
@@ -80,6 +81,14 @@ DEFAULTS_DOC: dict[str, str] = {
     "memory_report": "gb (peak_memory_gb in 10^9 bytes)",
     "adapter_precision": "16bit (LoRA adapters in the model's 16-bit dtype)",
     "dp_reduce": "reduce_scatter (one collective per gradient bucket)",
+    "etp": "tp (expert tensor parallel: experts split like the dense layers)",
+    "head_dim": "hidden / heads",
+    "attention_kind": "gqa (grouped-query; multi-head when kv_heads = heads)",
+    "moe_ffn_hidden": "ffn_hidden (each routed expert as wide as the dense FFN)",
+    "shared_experts, dense_layers, mtp": "0",
+    "moe_every": "1 (every layer after the dense ones has experts)",
+    "sliding_window": "empty (every layer attends over the whole context)",
+    "global_every": "empty (with a window: every layer windowed)",
 }
 
 
@@ -119,4 +128,9 @@ def fill_defaults(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     fill("lora_rank", DEFAULT_LORA_RANK)
     for key, name in CATEGORICAL_DEFAULTS.items():
         fill(key, float(CATEGORICAL[key].index(name)))
+    for key in (*ARCHITECTURE_COLUMNS, "etp"):  # optional model columns: empty = not set (0)
+        if key in x:
+            fill(key, 0.0)
+        else:
+            x[key] = np.zeros_like(x["layers"])
     return x

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import yaml
 
 from dse import cells, codes
+from dse.cost.architecture import ARCHITECTURE_COLUMNS, ARCHITECTURE_INTEGERS, ARCHITECTURE_MIN, architecture_errors
 from dse.cost.inference import INFER_METRICS, infer_step
 from dse.cost.select import INT_DOMAIN_MAX
 from dse.cost.training import TRAIN_METRICS, train_step
@@ -43,7 +44,7 @@ INTEGER_MIN: dict[str, int] = {
     "global_batch": 1, "seq_len": 1, "sp": 0, "zero": 0, "dp_overlap": 0, "pp_overlap": 0,
     "tied_embeddings": 0, "batch": 1, "input_len": 1, "output_len": 0, "lora_rank": 1, "max_num_tokens": 1,
     "layers_first_stage": 0, "layers_last_stage": 0, "prefill_gpus": 1, "prefill_tp": 1, "doc_len": 1,
-    "concurrency": 1,
+    "concurrency": 1, **ARCHITECTURE_MIN,
 }
 INTEGER_MAX: dict[str, int] = {"sp": 1, "zero": 3, "dp_overlap": 1, "pp_overlap": 1, "tied_embeddings": 1}
 #: Every other integer column: at most INT_DOMAIN_MAX (2^24 − 1, the float32 kernels' exact range; see
@@ -187,7 +188,7 @@ def _fill_dimensions_from_catalog(frame: pd.DataFrame, source: str = "<frame>") 
     if not known.any():
         return frame
     frame = frame.copy(deep=False)  # columns are replaced, never changed in place (copy-on-write)
-    for col in DIMENSION_COLUMNS:
+    for col in (*DIMENSION_COLUMNS, *ARCHITECTURE_COLUMNS):
         values = _catalog_column(cat[col], position)  # the catalog's value of each row's model (NaN: none)
         if col not in frame.columns:
             frame[col] = pd.Series(values, index=frame.index, dtype=object).where(known, None)
@@ -242,6 +243,24 @@ def check_stack(frame: pd.DataFrame, source: str) -> None:
         raise InputError(f"{_where(source, frame, pos)}, column 'stack': value {show(raw.iloc[pos])} is not a known "
                          f"stack; allowed: {', '.join(stack_names())} (or empty for the current Megatron-core / "
                          "NeMo defaults)")
+
+
+def architecture_inputs(frame: pd.DataFrame, x: dict[str, np.ndarray], source: str) -> None:
+    """Read the optional architecture columns (:data:`dse.cost.architecture.ARCHITECTURE_COLUMNS`) and ``etp``
+    into ``x`` (empty = 0, not set), after checking each range and their combinations: InputError naming the
+    row, the column, the value and what is allowed."""
+    for k in (*ARCHITECTURE_INTEGERS, "etp"):
+        x[k] = _integers(frame, k, source)
+    x["attention_kind"] = (_named_codes(frame, "attention_kind", codes.ATTENTION_KIND, source)
+                           if "attention_kind" in frame.columns else np.full(len(frame), np.nan))
+    for bad, col, allowed in architecture_errors(x):
+        if bad.any():
+            pos = int(np.flatnonzero(bad)[0])
+            value = frame[col].iloc[pos] if col in frame.columns else None
+            raise InputError(f"{_where(source, frame, pos)}, column {col!r}: value {show(value)} is not allowed; "
+                             f"allowed: {allowed}")
+    for k in (*ARCHITECTURE_COLUMNS, "etp"):
+        x[k] = np.nan_to_num(x[k], nan=0.0)
 
 
 def tied_embeddings_default(frame: pd.DataFrame, dims: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -300,6 +319,7 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
         pos = int(np.flatnonzero(both_missing)[0])
         raise InputError(f"{_where(source, frame, pos)}, columns 'dp' and 'gpus': both empty; give at least one")
     x.update(ints)
+    architecture_inputs(frame, x, source)
     for key in CATEGORICAL:
         x[key] = _categorical(frame, key, source)
     if np.isnan(x["tied_embeddings"]).any():
@@ -363,6 +383,7 @@ def infer_inputs(frame: pd.DataFrame, source: str = "<frame>", task: str = "infe
         x[name] = _required_integers(frame, name, source, task=task)
     for k in ("kv_heads", "ffn_hidden", "experts", "top_k", "pp", "dp", "gpus", "tied_embeddings"):
         x[k] = _integers(frame, k, source)
+    architecture_inputs(frame, x, source)
     for key in ("mlp", "precision"):
         x[key] = _categorical(frame, key, source)
     raw = frame["kv_precision"] if "kv_precision" in frame.columns else pd.Series(np.nan, index=frame.index,

@@ -24,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import yaml
 
-from dse.codes import DECODE_KV_READS, KV_PRECISION, PRECISION
+from dse.codes import ATTENTION_KIND, DECODE_KV_READS, KV_PRECISION, PRECISION
+from dse.cost.architecture import ARCHITECTURE_COLUMNS, ARCHITECTURE_MIN, architecture_errors
 from dse.cost.inference import INFER_METRICS
 from dse.cost.select import INT_DOMAIN_MAX
 from dse.cost.serving import SERVE_METRICS
@@ -47,7 +49,7 @@ INT_AXES: dict[str, tuple[int, int | None]] = {
     "gpus": (1, None), "dp": (1, None), "tp": (1, None), "pp": (1, None), "cp": (1, None), "ep": (1, None),
     "vpp": (1, None), "micro_batch": (1, None), "global_batch": (1, None), "seq_len": (1, None),
     "sp": (0, 1), "zero": (0, 3), "dp_overlap": (0, 1), "pp_overlap": (0, 1), "lora_rank": (1, None),
-    "layers_first_stage": (0, None), "layers_last_stage": (0, None), "doc_len": (1, None),
+    "layers_first_stage": (0, None), "layers_last_stage": (0, None), "doc_len": (1, None), "etp": (1, None),
 }
 #: Categorical axes (besides model and system) and their vocabularies.
 CAT_AXES: dict[str, tuple[str, ...]] = {**{k: v for k, v in CATEGORICAL.items() if k != "mlp"},
@@ -55,7 +57,7 @@ CAT_AXES: dict[str, tuple[str, ...]] = {**{k: v for k, v in CATEGORICAL.items() 
 GRID_KEYS = ("model", "system", *INT_AXES, *CAT_AXES)
 REQUIRED_GRID_KEYS = ("model", "system", "global_batch", "seq_len")
 MODEL_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts", "top_k",
-              "tied_embeddings")
+              "tied_embeddings", *ARCHITECTURE_COLUMNS)
 REQUIRED_MODEL_KEYS = ("layers", "hidden", "heads", "vocab")
 CONSTRAINT_KEYS = ("divisible", "tp_within_scaleup", "filters")
 #: Inference sweeps (``task: infer``): replicas ``dp`` and the request shape instead of the training batch.
@@ -467,12 +469,18 @@ def _custom_models(path: str, raw: object) -> dict[str, dict[str, object]]:
                 if dims[k] not in CATEGORICAL["mlp"]:
                     raise _err(path, f"{key}.mlp", dims[k], ", ".join(CATEGORICAL["mlp"]))
                 model[k] = dims[k]
+            elif k == "attention_kind":
+                if dims[k] not in ATTENTION_KIND:
+                    raise _err(path, f"{key}.attention_kind", dims[k], ", ".join(ATTENTION_KIND))
+                model[k] = dims[k]
             else:
-                lo = 0 if k == "tied_embeddings" else 1
+                lo = 0 if k == "tied_embeddings" else ARCHITECTURE_MIN.get(k, 1)
                 (model[k],) = _int_values(path, f"{key}.{k}", dims[k], lo, 1 if k == "tied_embeddings" else None)
+        _check_architecture(path, key, model)
         heads = int(model["heads"])  # type: ignore[call-overload]
-        if int(model["hidden"]) % heads:  # type: ignore[call-overload]
-            raise _err(path, f"{key}.hidden", model["hidden"], f"a multiple of heads ({heads})")
+        hidden = int(model["hidden"])  # type: ignore[call-overload]
+        if hidden % heads and "head_dim" not in model and model.get("attention_kind") != "mla":
+            raise _err(path, f"{key}.hidden", model["hidden"], f"a multiple of heads ({heads}), or give head_dim")
         kv = int(model.get("kv_heads", heads))  # type: ignore[call-overload]
         if heads % kv:
             raise _err(path, f"{key}.kv_heads", kv, f"a divisor of heads ({heads})")
@@ -482,6 +490,16 @@ def _custom_models(path: str, raw: object) -> dict[str, dict[str, object]]:
     return out
 
 
+def _check_architecture(path: str, key: str, model: Mapping[str, object]) -> None:
+    """The combinations of a custom model's architecture keys (dse.cost.architecture.architecture_errors)."""
+    cols = {k: np.asarray([np.nan if k not in model else float(ATTENTION_KIND.index(str(model[k])))
+                           if k == "attention_kind" else float(model[k])])  # type: ignore[arg-type]
+            for k in ("layers", "heads", "kv_heads", "experts", *ARCHITECTURE_COLUMNS)}
+    for bad, col, allowed in architecture_errors(cols):
+        if bad[0]:
+            raise _err(path, f"{key}.{col}", model.get(col), allowed)
+
+
 def _model_table(custom: Mapping[str, Mapping[str, object]]) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
     cat = model_catalog()
     names = tuple(cat.index) + tuple(custom)
@@ -489,7 +507,8 @@ def _model_table(custom: Mapping[str, Mapping[str, object]]) -> tuple[tuple[str,
     for name in cat.index:
         row = cat.loc[name]
         for k in MODEL_KEYS:
-            table[k].append(float(row["mlp_code"] if k == "mlp" else row[k]))
+            value = row["mlp_code"] if k == "mlp" else row["attention_kind_code"] if k == "attention_kind" else row[k]
+            table[k].append(0.0 if pd.isna(value) else float(value))
     for dims in custom.values():
         heads = float(dims["heads"])  # type: ignore[arg-type]
         hidden = float(dims["hidden"])  # type: ignore[arg-type]
@@ -498,6 +517,8 @@ def _model_table(custom: Mapping[str, Mapping[str, object]]) -> tuple[tuple[str,
         for k in MODEL_KEYS:
             if k == "mlp":
                 table[k].append(float(CATEGORICAL["mlp"].index(str(dims.get("mlp", "gelu")))))
+            elif k == "attention_kind":
+                table[k].append(float(ATTENTION_KIND.index(str(dims.get(k, ATTENTION_KIND[0])))))
             else:
                 table[k].append(float(dims.get(k, defaults.get(k, 0.0))))  # type: ignore[arg-type]
     return names, {k: np.asarray(v, dtype=np.float64) for k, v in table.items()}

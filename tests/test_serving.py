@@ -254,6 +254,7 @@ def test_closed_form_fixed_point_is_exact_for_dense_models():
 
 def _decode_attention(system: str, model: str, precision: str, reads: int, tp: int = 1, ctx: float = 2048.0):
     """Seconds of one decode token's attention in one layer, from the kernel function itself."""
+    from dse.cost.architecture import ARCHITECTURE_COLUMNS
     from dse.cost.inference import decode_attention_time, kv_bytes_per_value
     from dse.hardware import catalog as hwcat
     from dse.models.catalog import models
@@ -263,6 +264,10 @@ def _decode_attention(system: str, model: str, precision: str, reads: int, tp: i
     x = {k: np.asarray(v, dtype=np.float64) for k, v in hw.items()}
     x.update(hidden=np.float64(m["hidden"]), heads=np.float64(m["heads"]), kv_heads=np.float64(m["kv_heads"]),
              tp=np.float64(tp), decode_kv_reads=np.float64(reads))
+    for k in ("layers", "ffn_hidden", "experts", "top_k"):
+        x[k] = np.float64(m[k])
+    x["mlp"] = np.float64(m["mlp_code"])
+    x.update({k: np.float64(0.0) for k in ARCHITECTURE_COLUMNS})  # a plain GQA model
     kv_b = kv_bytes_per_value(np.float64(0), np.float64(codes_precision(precision)))
     kvh = np.maximum(x["kv_heads"] / tp, 1.0)
     t, kv_bytes = decode_attention_time(np.float64(ctx), x, kvh, kv_b)

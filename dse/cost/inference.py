@@ -33,10 +33,20 @@ import numpy as np
 
 from dse import codes
 from dse.cost import constants as K
+from dse.cost.architecture import (
+    ARCHITECTURE_COLUMNS,
+    cached_values,
+    causal_keys,
+    decode_head_dims,
+    held_tokens,
+    infer_layer_params,
+    layer_record,
+    mla_mask,
+    model_input,
+)
 from dse.cost.compute import gemm_bytes, gemm_flops
 from dse.cost.network import allreduce_time, group_links, p2p_time, spans_domains
 from dse.cost.select import INT_DOMAIN_MAX, divides, mask, pick
-from dse.cost.transformer import expert_params, kv_width, mlp_matrices
 from dse.hardware.catalog import HARDWARE_COLUMNS
 
 Array = Any  # numpy arrays or scalars that broadcast
@@ -45,6 +55,7 @@ DTYPE = np.float32
 INFER_INPUTS: tuple[str, ...] = (
     "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts", "top_k",
     "tied_embeddings", "gpus", "tp", "pp", "dp", "batch", "input_len", "output_len", "precision", "kv_precision",
+    *ARCHITECTURE_COLUMNS,
 )
 INFER_METRICS: tuple[str, ...] = (
     "ttft_s", "tpot_s", "e2e_latency_s", "output_tokens_per_s", "output_tokens_per_s_per_gpu",
@@ -81,7 +92,8 @@ XQA_GROUP = 8.0
 XQA_HEAD_DIM = 128.0
 
 
-def decode_attention_time(ctx: Array, x: dict[str, Array], kv_heads_gpu: Array, kv_b: Array) -> tuple[Array, Array]:
+def decode_attention_time(ctx: Array, x: dict[str, Array], kv_heads_gpu: Array, kv_b: Array,
+                          rec: dict[str, Array] | None = None) -> tuple[Array, Array]:
     """(seconds, HBM bytes) of one decode token's attention in one layer over a context of ``ctx`` tokens.
 
     ``decode_kv_reads`` = per_kv_head (0; FlashAttention/FlashInfer-style decode, XQA): the serial roofline of
@@ -95,17 +107,25 @@ def decode_attention_time(ctx: Array, x: dict[str, Array], kv_heads_gpu: Array, 
     Hopper that release's XQA kernel takes over for an FP8 KV cache at XQA_GROUP query heads per KV head and
     head_dim XQA_HEAD_DIM (its Hopper kernel reads only an E4M3 cache on SM 90: TensorRT-LLM
     decoderXQAImplJIT/kernelUtils.cpp, supportConfigQGMMA); it works per KV head on the tensor cores:
-    2·ctx·d·kv_heads elements at xqa_rate (0 where the generation has no such kernel)."""
+    2·ctx·d·kv_heads elements at xqa_rate (0 where the generation has no such kernel).
+
+    The model record (:mod:`dse.cost.architecture`) sets the rest: a windowed layer reads at most its window
+    (:func:`~dse.cost.architecture.held_tokens`), heads of their own width d, and MLA decodes against its latent
+    cache with absorbed weights (2·ctx·a/t·(2·kv_lora + rope) FLOPs, the latent read once for all heads; the
+    per-query-head kernels do not run MLA)."""
+    rec = layer_record(x) if rec is None else rec
     h, a = x["hidden"], x["heads"]
     t = x["tp"]
-    d = h / a
+    d = rec["head_dim"]
     mem = x["memory_rate"]
-    once = ctx * 2.0 * kv_heads_gpu * d * kv_b
-    flash = 4.0 * ctx * h / t / x["attention_rate"] + once / mem
+    span = held_tokens(ctx, rec)
+    once = span * cached_values(x, rec) * kv_b
+    flash = 2.0 * span * (a / t) * decode_head_dims(x, rec) / x["attention_rate"] + once / mem
     xqa = mask((x["xqa_rate"] > 0) & (kv_b == 1.0) & (a == XQA_GROUP * x["kv_heads"]) & (d == XQA_HEAD_DIM), h)
-    elements = ctx * 2.0 * d * pick(xqa, kv_heads_gpu, np.maximum(a / t, 1.0))
+    elements = span * 2.0 * d * pick(xqa, kv_heads_gpu, np.maximum(a / t, 1.0))
     issue = np.maximum(once / mem, elements / pick(xqa, x["xqa_rate"], x["mmha_rate"]))
-    return pick(mask(x["decode_kv_reads"] == 1, h), issue, flash), once
+    per_query = mask((x["decode_kv_reads"] == 1) & ~(mla_mask(x) > 0), h)
+    return pick(per_query, issue, flash), once
 
 
 def experts_visited(experts: Array, top_k: Array, tokens: Array) -> Array:
@@ -121,7 +141,7 @@ def infer_step(inputs: Mapping[str, object], hw: Mapping[str, object],
     ``out_dtype``: float64 for tables, sweeps take the kernel's float32 as is) plus ``fits`` and ``reason``."""
     names = (*INFER_INPUTS, "decode_kv_reads", *HARDWARE_COLUMNS)
     reads = inputs["decode_kv_reads"] if "decode_kv_reads" in inputs else 0.0  # optional (default per KV head)
-    arrays = np.broadcast_arrays(*[np.asarray(inputs[k], dtype=DTYPE) for k in INFER_INPUTS],
+    arrays = np.broadcast_arrays(*[np.asarray(model_input(inputs, k), dtype=DTYPE) for k in INFER_INPUTS],
                                  np.asarray(reads, dtype=DTYPE),
                                  *[np.asarray(hw[k], dtype=DTYPE) for k in HARDWARE_COLUMNS])
     x = dict(zip(names, arrays, strict=True))
@@ -151,58 +171,77 @@ def _rates(x: dict[str, Array]) -> tuple[Array, Array, Array, Array]:
     return peak, rate, act, weight_bytes_per_param(p)
 
 
-def layer_gemm_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array) -> tuple[Array, Array, Array]:
+def layer_gemm_terms(x: dict[str, Array], rec: dict[str, Array], rate: Array, act: Array, wb: Array
+                     ) -> tuple[Array, Array, Array]:
     """One layer's GEMMs on one GPU (QKV, output projection, FFN or experts, router) on the serial roofline
     t = F / rate + B / mem, split by what they scale with: (seconds per token, seconds to stream the attention
     weights, seconds to stream the FFN weights of one expert set).  Per token: 2·(n_qkv·h + h·h/t) FLOPs plus
     2·k·(n_fc1·h + h·f/t) in the k experts it visits, each GEMM reading its input (``act`` bytes) and writing its
     output (2 bytes), and the router's 2·E·h at the fp16 rate; the weights (``wb`` bytes each) are read once per
-    pass.  :func:`_layer_gemms` puts them together for a number of tokens."""
-    h, t, f = x["hidden"], x["tp"], x["ffn_hidden"]
+    pass.  :func:`_layer_gemms` puts them together for a number of tokens.
+
+    The mean layer of the model record (:func:`dse.cost.architecture.layer_record`): attention GEMMs of their
+    own widths (MLA's up projections too), the dense FFN (dense layers, shared experts) on every token, the
+    routed experts on moe_frac of the layers.  The weights streamed once per pass (second value) are the
+    attention's and the dense FFN's; the third is one routed expert's, times the experts visited."""
+    h, t = x["hidden"], x["tp"]
     E, k = x["experts"], x["top_k"]
     moe = mask(E > 1, E)
-    kvw = kv_width(h, x["heads"], x["kv_heads"])
-    n_qkv = (h + 2.0 * kvw) / t
-    n_fc1 = (mlp_matrices(x["mlp"]) - 1.0) * f / t
+    phi = rec["moe_frac"]
+    n_mlp = rec["n_mlp"]
+    n_qkv = rec["attn_in"] / t + rec["attn_rep"]
+    o_k = rec["o_width"] / t
+    f_d, f_m = rec["ffn_dense"] / t, rec["ffn_moe"] / t
+    n_fc1, n_fc1_m = (n_mlp - 1.0) * f_d, (n_mlp - 1.0) * f_m
+    dense = mask(f_d > 0, h)
     mem = x["memory_rate"]
     kk = 1.0 + moe * (k - 1.0)
-    flops = gemm_flops(1.0, n_qkv, h) + gemm_flops(1.0, h, h / t) + kk * (gemm_flops(1.0, n_fc1, h)
-                                                                           + gemm_flops(1.0, h, f / t))
-    moved = (h * act + n_qkv * 2.0) + (h / t * act + h * 2.0) + kk * ((h * act + n_fc1 * 2.0) + (f / t * act + h * 2.0))
-    per_token = flops / rate + moved / mem + moe * gemm_flops(1.0, E, h) / x["infer_matmul_fp16_rate"]
-    return per_token, (h * n_qkv + h / t * h) * wb / mem, (h * n_fc1 + f / t * h) * wb / mem
+    routed = phi * kk
+    flops = (gemm_flops(1.0, n_qkv, h) + gemm_flops(1.0, h, o_k) + 2.0 * rec["up_params"] / t
+             + gemm_flops(1.0, n_fc1, h) + gemm_flops(1.0, h, f_d)
+             + routed * (gemm_flops(1.0, n_fc1_m, h) + gemm_flops(1.0, h, f_m)))
+    moved = ((h * act + n_qkv * 2.0) + (o_k * act + h * 2.0) + (rec["up_in"] * act + rec["up_out"] / t * 2.0)
+             + dense * ((h * act + n_fc1 * 2.0) + (f_d * act + h * 2.0))
+             + routed * ((h * act + n_fc1_m * 2.0) + (f_m * act + h * 2.0)))
+    per_token = flops / rate + moved / mem + phi * gemm_flops(1.0, E, h) / x["infer_matmul_fp16_rate"]
+    fixed = (h * n_qkv + rec["up_params"] / t + o_k * h + n_mlp * h * f_d) * wb / mem
+    return per_token, fixed, phi * n_mlp * h * f_m * wb / mem
 
 
-def _layer_gemms(tokens: Array, x: dict[str, Array], rate: Array, act: Array, wb: Array) -> Array:
+def _layer_gemms(tokens: Array, x: dict[str, Array], rec: dict[str, Array], rate: Array, act: Array,
+                 wb: Array) -> Array:
     """Time of one layer's GEMMs for ``tokens`` tokens on one GPU (:func:`layer_gemm_terms`); a mixture of
     experts streams the weights of the experts its tokens visit (:func:`experts_visited`)."""
-    per_token, attn_weights, ffn_weights = layer_gemm_terms(x, rate, act, wb)
+    per_token, attn_weights, ffn_weights = layer_gemm_terms(x, rec, rate, act, wb)
     E, k = x["experts"], x["top_k"]
     visited = 1.0 + mask(E > 1, E) * (experts_visited(E, k, tokens) - 1.0)  # weights of the experts actually run
     return per_token * tokens + attn_weights + ffn_weights * visited
 
 
 def _infer(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one formula, read top to bottom
-    L, h, a, g, f, V = x["layers"], x["hidden"], x["heads"], x["kv_heads"], x["ffn_hidden"], x["vocab"]
+    L, h, g, V = x["layers"], x["hidden"], x["kv_heads"], x["vocab"]
     t, p, dp = x["tp"], x["pp"], x["dp"]
     b, s_in, s_out = x["batch"], x["input_len"], x["output_len"]
     E = x["experts"]
     moe = mask(E > 1, E)
-    d = h / a
+    rec = layer_record(x)  # the mean layer (dse.cost.architecture)
     kv_heads_gpu = np.maximum(g / t, 1.0)  # TP beyond the KV heads replicates them (GQA/MQA)
     kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
+    kvv = cached_values(x, rec)  # K and V values per token and layer on one GPU
     peak, rate, act, wb = _rates(x)
     mem = x["memory_rate"]
     swiglu = mask(x["mlp"] == codes.MLP_SWIGLU, x["mlp"])
-    n_fc1 = (mlp_matrices(x["mlp"]) - 1.0) * f / t
+    ffn_tok = (rec["ffn_dense"] + rec["moe_frac"] * (1.0 + moe * (x["top_k"] - 1.0)) * rec["ffn_moe"]) / t
+    n_fc1 = (rec["n_mlp"] - 1.0) * ffn_tok
     tp_links = group_links(np.ones_like(t), t, x)
 
     # ---- prefill: batch · input_len tokens ---------------------------------------------------------------
     T = b * s_in
-    pre_gemm = _layer_gemms(T, x, rate, act, wb)
-    pre_attn = K.CAUSAL_FRACTION * 4.0 * b * s_in * s_in * h / t / x["attention_rate"]
+    pre_gemm = _layer_gemms(T, x, rec, rate, act, wb)
+    keys = causal_keys(s_in, rec["window"], rec["full_frac"], K.CAUSAL_FRACTION, rec["chunk"])
+    pre_attn = 4.0 * b * s_in * keys * rec["core"] / t / x["attention_rate"]
     act_bytes = pick(swiglu, K.ACTIVATION_FWD_BYTES_SWIGLU, K.ACTIVATION_FWD_BYTES_2MAT)
-    pre_ew = (K.RESIDUAL_FWD_BYTES * T * h + act_bytes * T * (1.0 + moe * (x["top_k"] - 1.0)) * f / t) / mem
+    pre_ew = (K.RESIDUAL_FWD_BYTES * T * h + act_bytes * T * ffn_tok) / mem
     pre_tp = 2.0 * allreduce_time(2.0 * T * h, t, tp_links)
     overhead = x["layer_overhead_s"]
     pre_layer = pre_gemm + pre_attn + pre_ew + pre_tp + overhead
@@ -214,11 +253,11 @@ def _infer(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one form
 
     # ---- decode: one token per request, at the mean context ----------------------------------------------
     ctx = s_in + 0.5 * s_out
-    dec_gemm = _layer_gemms(b, x, rate, act, wb)
+    dec_gemm = _layer_gemms(b, x, rec, rate, act, wb)
     # FlashAttention-style (KV once per KV head) or TensorRT-LLM <= 0.10's issue-bound kernels
-    attn_token, _ = decode_attention_time(ctx, x, kv_heads_gpu, kv_b)
+    attn_token, _ = decode_attention_time(ctx, x, kv_heads_gpu, kv_b, rec)
     dec_attn = b * attn_token + 4.0 * b * h / t * 2.0 / mem  # + the query and output vectors
-    dec_ew = (K.RESIDUAL_FWD_BYTES * b * h + act_bytes * b * f / t + b * 2.0 * kv_heads_gpu * d * kv_b) / mem
+    dec_ew = (K.RESIDUAL_FWD_BYTES * b * h + act_bytes * b * ffn_tok + b * kvv * kv_b) / mem
     dec_tp = 2.0 * allreduce_time(2.0 * b * h, t, tp_links)
     dec_layer = dec_gemm + dec_attn + dec_ew + dec_tp + overhead
     dec_p2p = (p - 1.0) * p2p_time(2.0 * b * h, pp_cross, x)
@@ -227,12 +266,11 @@ def _infer(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one form
     tokens_per_s = dp * b * s_out / e2e
 
     # ---- memory per GPU ------------------------------------------------------------------------------------
-    p_attn = h * (2.0 * h + 2.0 * kv_width(h, a, g)) / t
-    p_layer = p_attn + (1.0 + moe * (E - 1.0)) * expert_params(h, f, x["mlp"]) / t + moe * h * E
+    p_layer = infer_layer_params(rec, h, E, t)
     untied = mask(x["tied_embeddings"] <= 0, p)
     single = mask(p <= 1, p)
     weights = L / p * p_layer * wb + V * h / t * 2.0 * (1.0 + single * untied)
-    kv_per_seq = (s_in + s_out) * L / p * 2.0 * kv_heads_gpu * d * kv_b
+    kv_per_seq = held_tokens(s_in + s_out, rec) * L / p * kvv * kv_b
     kv = b * kv_per_seq
     act_per_token = (4.0 * h + 2.0 * n_fc1) * 2.0  # one layer's live tensors during prefill
     activations = T * act_per_token + b * V / t * 4.0
@@ -266,22 +304,24 @@ def inference_ops(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dic
     peak FLOP/s / peak bytes/s at the op's precision (Williams et al. 2009).  Attention runs in 16 bits.
     """
     names = INFER_INPUTS + HARDWARE_COLUMNS
-    arrays = np.broadcast_arrays(*[np.asarray(inputs[k], dtype=np.float64) for k in INFER_INPUTS],
+    arrays = np.broadcast_arrays(*[np.asarray(model_input(inputs, k), dtype=np.float64) for k in INFER_INPUTS],
                                  *[np.asarray(hw[k], dtype=np.float64) for k in HARDWARE_COLUMNS])
     x = dict(zip(names, arrays, strict=True))
-    h, t, f, V = x["hidden"], x["tp"], x["ffn_hidden"], x["vocab"]
+    h, t, V = x["hidden"], x["tp"], x["vocab"]
     E, k = x["experts"], x["top_k"]
     moe = mask(E > 1, E)
     kk = 1.0 + moe * (k - 1.0)
-    d = h / x["heads"]
-    kvw = kv_width(h, x["heads"], x["kv_heads"])
-    n_qkv = (h + 2.0 * kvw) / t
-    n_fc1 = (mlp_matrices(x["mlp"]) - 1.0) * f / t
+    rec = layer_record(x)  # the mean layer: its FFN width per token (dense + routed), its attention widths
+    n_qkv = rec["attn_in"] / t + rec["attn_rep"]
+    f = rec["ffn_dense"] + rec["moe_frac"] * kk * rec["ffn_moe"]  # per token, over kk below
+    f = f / kk
+    n_fc1 = (rec["n_mlp"] - 1.0) * f / t
+    o_k = rec["o_width"] / t
     peak, _, act, wb = _rates(x)
     hbm = x["hbm_bw"]
     ridge = peak / np.where(hbm > 0, hbm, np.nan)
     ridge16 = x["tensor_fp16_flops"] / np.where(hbm > 0, hbm, np.nan)
-    kv_heads_gpu = np.maximum(x["kv_heads"] / t, 1.0)
+    kvv = cached_values(x, rec)
     kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
     b, s_in, s_out = x["batch"], x["input_len"], x["output_len"]
     out: dict[str, dict[str, Array]] = {}
@@ -290,18 +330,19 @@ def inference_ops(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dic
         tk = tokens * kk
         ops = {
             "qkv_proj": (gemm_flops(tokens, n_qkv, h), gemm_bytes(tokens, n_qkv, h, act, wb, 2.0), ridge),
-            "out_proj": (gemm_flops(tokens, h, h / t), gemm_bytes(tokens, h, h / t, act, wb, 2.0), ridge),
+            "out_proj": (gemm_flops(tokens, h, o_k), gemm_bytes(tokens, h, o_k, act, wb, 2.0), ridge),
             "ffn_up": (gemm_flops(tk, n_fc1, h), gemm_bytes(tk, n_fc1, h, act, wb * visited, 2.0), ridge),
             "ffn_down": (gemm_flops(tk, h, f / t), gemm_bytes(tk, h, f / t, act, wb * visited, 2.0), ridge),
             "logits": (gemm_flops(b, V / t, h), gemm_bytes(b, V / t, h, 2.0, 2.0, 2.0), ridge16),
         }
         if phase == "prefill":
-            ops["attention"] = (K.CAUSAL_FRACTION * 4.0 * b * s_in * s_in * h / t,
-                                2.0 * b * s_in * (h / t + 2.0 * kv_heads_gpu * d) * 2.0, ridge16)
+            keys = causal_keys(s_in, rec["window"], rec["full_frac"], K.CAUSAL_FRACTION, rec["chunk"])
+            ops["attention"] = (4.0 * b * s_in * keys * rec["core"] / t,
+                                2.0 * b * s_in * (rec["q_width"] / t + rec["kv_train"] / t) * 2.0, ridge16)
         else:
-            ctx = s_in + 0.5 * s_out
-            ops["attention"] = (4.0 * b * ctx * h / t, b * ctx * 2.0 * kv_heads_gpu * d * kv_b + 4.0 * b * h / t * 2.0,
-                                ridge16)
+            span = held_tokens(s_in + 0.5 * s_out, rec)
+            ops["attention"] = (2.0 * b * span * x["heads"] / t * decode_head_dims(x, rec),
+                                b * span * kvv * kv_b + 4.0 * b * h / t * 2.0, ridge16)
         for name in OPS:
             flops, nbytes, rp = ops[name]
             intensity = flops / nbytes

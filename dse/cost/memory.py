@@ -52,7 +52,7 @@ def optimizer_bytes(params: Array, dp_shards: Array, zero: Array, state_bytes: A
 def layer_activation_terms(
     tokens: Array, micro_batch: Array, seq_len: Array, hidden: Array, heads: Array, kv_width: Array,
     ffn_hidden: Array, mlp: Array, top_k: Array, tp: Array, sp: Array, standard_attention: Array,
-    gemm_input_bytes: Array,
+    gemm_input_bytes: Array, *, q_width: Array | None = None, o_width: Array | None = None, latent: Array = 0.0,
 ) -> tuple[Array, Array, Array]:
     """(kept, scores, residual) of one layer for one micro-batch on one GPU, in bytes / elements.
 
@@ -72,12 +72,18 @@ def layer_activation_terms(
     ``kept`` is replicated + split; ``scores`` the 5as²b/t term, which exists only for the standard
     (unfused) attention kernel — FlashAttention keeps no s×s tensor; ``residual`` is the residual-stream
     element count b·s·h/(t if sp).  ``tokens`` = b·s/cp; ``sp`` and ``standard_attention`` are 0/1 masks.
+
+    Heads of their own width (dse.cost.architecture.layer_record): Q is ``q_width`` = a·d_qk wide and the
+    output projection's input ``o_width`` = a·d_v (both h when d = h/a); MLA also keeps its ``latent``
+    down-projections (q_lora + kv_lora + rope, 16-bit, on every tensor-parallel rank).
     """
     gi = gemm_input_bytes
+    q = hidden if q_width is None else q_width
+    o = hidden if o_width is None else o_width
     resid = tokens * hidden / (1.0 + sp * (tp - 1.0))
-    replicated = (6.0 + 2.0 * gi) * resid
+    replicated = (6.0 + 2.0 * gi) * resid + 2.0 * tokens * latent
     ffn_act = 2.0 + 2.0 * mask(mlp == MLP_SWIGLU, mlp)
-    split = tokens * ((2.0 + gi) * hidden + 4.0 * kv_width + (ffn_act + gi) * top_k * ffn_hidden) / tp
+    split = tokens * (2.0 * q + gi * o + 4.0 * kv_width + (ffn_act + gi) * top_k * ffn_hidden) / tp
     scores = standard_attention * (5.0 * micro_batch * heads / tp * seq_len * seq_len)
     return replicated + split, scores, resid
 

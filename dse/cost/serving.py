@@ -46,6 +46,14 @@ import numpy as np
 
 from dse import codes
 from dse.cost import constants as K
+from dse.cost.architecture import (
+    cached_values,
+    causal_keys,
+    held_tokens,
+    infer_layer_params,
+    layer_record,
+    model_input,
+)
 from dse.cost.compute import gemm_flops
 from dse.cost.inference import (
     DTYPE,
@@ -59,7 +67,6 @@ from dse.cost.inference import (
 )
 from dse.cost.network import allreduce_terms, group_links, p2p_link, spans_domains
 from dse.cost.select import mask, pick
-from dse.cost.transformer import expert_params, kv_width, mlp_matrices
 from dse.hardware.catalog import HARDWARE_COLUMNS
 
 Array = Any
@@ -97,7 +104,7 @@ def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object],
     :data:`SERVE_METRICS` (NaN where the configuration has no answer; ``out_dtype``: float64 for tables, sweeps
     take the kernel's float32 as is), ``limit`` (code into :data:`LIMITS`), ``fits`` and ``reason``."""
     names = SERVE_INPUTS + HARDWARE_COLUMNS
-    arrays = np.broadcast_arrays(*[np.asarray(inputs[k], dtype=DTYPE) for k in SERVE_INPUTS],
+    arrays = np.broadcast_arrays(*[np.asarray(model_input(inputs, k), dtype=DTYPE) for k in SERVE_INPUTS],
                                  *[np.asarray(hw[k], dtype=DTYPE) for k in HARDWARE_COLUMNS])
     x = dict(zip(names, arrays, strict=True))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -156,34 +163,35 @@ def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array) ->
       ctx·2·kv_heads·d·kv bytes, or TensorRT-LLM <= 0.10's issue-bound kernels, decode_kv_reads = 1);
     * per logits row (D + X): the vocabulary projection;
     * per pass: the weights streamed once, the collectives' α and the per-layer overhead."""
-    h, a, f, V = x["hidden"], x["heads"], x["ffn_hidden"], x["vocab"]
+    h, V = x["hidden"], x["vocab"]
     t, p = x["tp"], x["pp"]
     s_in, s_out = x["input_len"], x["output_len"]
-    d = h / a
     moe = mask(x["experts"] > 1, h)
+    rec = layer_record(x)  # the mean layer (dse.cost.architecture)
     kvh = np.maximum(x["kv_heads"] / t, 1.0)
     kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
     mem = x["memory_rate"]
-    per_token, attn_weights, ffn_weights = layer_gemm_terms(x, rate, act, wb)
+    per_token, attn_weights, ffn_weights = layer_gemm_terms(x, rec, rate, act, wb)
     ctx = s_in + 0.5 * s_out
     # decode attention: FlashAttention-style, or TensorRT-LLM <= 0.10's issue-bound kernels (decode_kv_reads)
-    decode_attention, kv_read = decode_attention_time(ctx, x, kvh, kv_b)  # per decode token; KV bytes it reads
+    decode_attention, kv_read = decode_attention_time(ctx, x, kvh, kv_b, rec)  # per decode token; KV it reads
     act_bytes = pick(mask(x["mlp"] == codes.MLP_SWIGLU, h), K.ACTIVATION_FWD_BYTES_SWIGLU,
                      K.ACTIVATION_FWD_BYTES_2MAT)
     ar_per_byte, ar_latency = allreduce_terms(t, group_links(np.ones_like(t), t, x))
     tp_on = mask(t > 1, t)
     p2p_bw, p2p_latency = p2p_link(spans_domains(t, p, x["scaleup_gpus"]), x)
     pp_on = mask(p > 1, p)
-    kvw = kv_width(h, a, x["kv_heads"])
-    n_all = (h + 2.0 * kvw + h + mlp_matrices(x["mlp"]) * f) / t  # what dominates the GEMMs (`limit`)
+    ffn_tok = rec["ffn_dense"] + rec["moe_frac"] * (1.0 + moe * (x["top_k"] - 1.0)) * rec["ffn_moe"]
+    # what dominates the GEMMs (`limit`)
+    n_all = (rec["attn_in"] + rec["o_width"] + rec["n_mlp"] * ffn_tok) / t + rec["attn_rep"]
     return {
         "layers_per_stage": x["layers"] / p, "input_len": s_in, "decode_len": s_out - 1.0,
         "gemm_token": per_token, "gemm_weights": attn_weights + ffn_weights, "ffn_weights": ffn_weights,
         "moe": moe, "any_moe": bool(moe.any()), "experts": x["experts"], "top_k": x["top_k"],
-        "prefill_attention": K.CAUSAL_FRACTION * 4.0 * s_in * s_in * h / t / x["attention_rate"],
+        "prefill_attention": 4.0 * s_in * causal_keys(s_in, rec["window"], rec["full_frac"], K.CAUSAL_FRACTION,
+                                                      rec["chunk"]) * rec["core"] / t / x["attention_rate"],
         "decode_attention": decode_attention,
-        "elementwise": (K.RESIDUAL_FWD_BYTES * h + act_bytes * (1.0 + moe * (x["top_k"] - 1.0)) * f / t
-                        + 2.0 * kvh * d * kv_b) / mem,
+        "elementwise": (K.RESIDUAL_FWD_BYTES * h + act_bytes * ffn_tok / t + cached_values(x, rec) * kv_b) / mem,
         # two all-reduces of 2·h bytes per token (network.allreduce_terms): bytes per token, α per pass
         "tp_token": tp_on * 2.0 * 2.0 * h * ar_per_byte,
         "tp_pass": tp_on * 2.0 * ar_latency,
@@ -246,9 +254,10 @@ def kv_transfer(x: dict[str, Array]) -> tuple[Array, Array, Array]:
     replica: input_len · L · 2 · kv_heads · head_dim · kv bytes (every layer, every KV head), over the scale-up
     link when both pools sit in one scale-up domain (prefill + decode GPUs <= its size), else over the NICs;
     min(prefill tp, decode tp·pp) GPU pairs send their shards at once.  t = bytes / (pairs · link) + latency."""
-    h, a, g, L = x["hidden"], x["heads"], x["kv_heads"], x["layers"]
+    h, L = x["hidden"], x["layers"]
     kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
-    nbytes = x["input_len"] * L * 2.0 * g * (h / a) * kv_b
+    rec = layer_record(x)
+    nbytes = held_tokens(x["input_len"], rec) * L * rec["kv_cache"] * kv_b
     decode_gpus = x["tp"] * x["pp"] * x["dp"]
     same = mask(np.nan_to_num(x["prefill_gpus"]) + decode_gpus <= x["scaleup_gpus"], h)
     per_gpu = pick(same, x["scaleup_ring_bw"], x["scaleout_bw"])
@@ -261,22 +270,22 @@ def kv_transfer(x: dict[str, Array]) -> tuple[Array, Array, Array]:
 def _kv_capacity(x: dict[str, Array], budget: Array) -> dict[str, Array]:
     """Per GPU of a replica: weights, activations of one iteration, the KV budget and how many requests' KV
     (at the mean context, paged) fit."""
-    L, h, a, g, f, V = x["layers"], x["hidden"], x["heads"], x["kv_heads"], x["ffn_hidden"], x["vocab"]
+    L, h, V = x["layers"], x["hidden"], x["vocab"]
     t, p = x["tp"], x["pp"]
     s_in, s_out = x["input_len"], x["output_len"]
     E = x["experts"]
     moe = mask(E > 1, E)
     _, _, _, wb = _rates(x)
-    kvh = np.maximum(g / t, 1.0)
+    rec = layer_record(x)
     kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
     frac = np.where(np.isnan(x["kv_memory_fraction"]), DEFAULT_KV_MEMORY_FRACTION, x["kv_memory_fraction"])
     block = np.where(np.isnan(x["kv_block_tokens"]), DEFAULT_KV_BLOCK_TOKENS, x["kv_block_tokens"])
-    p_attn = h * (2.0 * h + 2.0 * kv_width(h, a, g)) / t
-    p_layer = p_attn + (1.0 + moe * (E - 1.0)) * expert_params(h, f, x["mlp"]) / t + moe * h * E
+    p_layer = infer_layer_params(rec, h, E, t)
     untied = mask(x["tied_embeddings"] <= 0, p)
     single = mask(p <= 1, p)
     weights = L / p * p_layer * wb + V * h / t * 2.0 * (1.0 + single * untied)
-    n_fc1 = (mlp_matrices(x["mlp"]) - 1.0) * f / t
+    n_fc1 = (rec["n_mlp"] - 1.0) * (rec["ffn_dense"] + rec["moe_frac"] * (1.0 + moe * (x["top_k"] - 1.0))
+                                    * rec["ffn_moe"]) / t
     act_tokens = np.minimum(budget, s_in + s_out)
     activations = act_tokens * (4.0 * h + 2.0 * n_fc1) * 2.0 + act_tokens * V / t * 4.0 / np.maximum(s_in, 1.0)
     kv_budget = frac * (x["hbm_bytes"] - weights - activations - K.RUNTIME_RESERVED_BYTES)
@@ -285,7 +294,8 @@ def _kv_capacity(x: dict[str, Array], budget: Array) -> dict[str, Array]:
     # whole length (kv_reservation = 1)
     held = s_in + s_out * pick(mask(x["kv_reservation"] > 0, s_in), 1.0, 0.5)
     pages = np.ceil(held / block) * block
-    kv_token = L / p * 2.0 * kvh * (h / a) * kv_b
+    # K and V per request token per GPU; a windowed layer holds at most its window of them
+    kv_token = L / p * cached_values(x, rec) * kv_b * held_tokens(pages, rec) / pages
     capacity = np.floor(np.maximum(kv_budget, 0.0) / (kv_token * pages))
     return {"weights": weights, "activations": activations, "kv_budget": kv_budget, "pages": pages,
             "kv_token": kv_token, "capacity": capacity}

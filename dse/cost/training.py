@@ -29,6 +29,19 @@ import numpy as np
 
 from dse import codes
 from dse.cost import constants as K
+from dse.cost.architecture import (
+    ARCHITECTURE_COLUMNS,
+    active_layer_params,
+    causal_keys,
+    layer_gemms,
+    layer_params,
+    layer_record,
+    mla_mask,
+    mla_up_projection,
+    model_input,
+    mtp_params,
+    windowed_span,
+)
 from dse.cost.compute import gemm_bytes, gemm_flops, matmul_rates, operand_bytes, roofline_time
 from dse.cost.eager import (
     PEFT_ADAPTER_BYTES,
@@ -73,14 +86,7 @@ from dse.cost.pipeline import (
     stage_layers_split,
 )
 from dse.cost.select import INT_DOMAIN_MAX, divides, mask, pick
-from dse.cost.transformer import (
-    expert_params,
-    kv_width,
-    layer_gemm_shapes,
-    mlp_matrices,
-    model_flops_per_token,
-    recompute_flops_per_token,
-)
+from dse.cost.transformer import model_flops_per_token, recompute_flops_per_token
 from dse.hardware.catalog import HARDWARE_COLUMNS
 
 Array = Any  # numpy arrays or scalars that broadcast (the stubs cannot express broadcasting)
@@ -95,6 +101,7 @@ TRAIN_INPUTS: tuple[str, ...] = (
     "seq_len", "recompute", "zero", "precision", "attention", "tp_overlap", "dp_overlap", "pp_overlap",
     "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch", "pipeline_split", "layers_first_stage",
     "layers_last_stage", "doc_len", "kernels", "optimizer", "memory_report", "adapter_precision", "dp_reduce",
+    *ARCHITECTURE_COLUMNS, "etp",
 )
 
 #: Metric outputs (NaN on configurations that do not divide).
@@ -147,7 +154,7 @@ def train_step(inputs: Mapping[str, object], hw: Mapping[str, object],
     """
     names = TRAIN_INPUTS + HARDWARE_COLUMNS
     arrays = np.broadcast_arrays(
-        *[np.asarray(inputs[k], dtype=DTYPE) for k in TRAIN_INPUTS],
+        *[np.asarray(model_input(inputs, k), dtype=DTYPE) for k in TRAIN_INPUTS],
         *[np.asarray(hw[k], dtype=DTYPE) for k in HARDWARE_COLUMNS],
     )
     shape = arrays[0].shape
@@ -204,7 +211,7 @@ def attention_span(seq_len: Array, doc_len: Array) -> Array:
 
 
 def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one formula, read top to bottom
-    L, h, a, g, f, V = x["layers"], x["hidden"], x["heads"], x["kv_heads"], x["ffn_hidden"], x["vocab"]
+    L, h, a, f, V = x["layers"], x["hidden"], x["heads"], x["ffn_hidden"], x["vocab"]
     E, topk, mlp = x["experts"], x["top_k"], x["mlp"]
     gpus, t, p, d, c, e, v = x["gpus"], x["tp"], x["pp"], x["dp"], x["cp"], x["ep"], x["vpp"]
     b, B, s = x["micro_batch"], x["global_batch"], x["seq_len"]
@@ -249,10 +256,15 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     any_offload, any_stream = bool(off_opt.any()), bool(off_all.any())
     any_eager = bool(eager.any())
 
-    # ---- shapes -----------------------------------------------------------------------------------------
+    # ---- shapes: the mean layer of the model record (dse.cost.architecture) ------------------------------
     kk = 1.0 + moe * (topk - 1.0)  # expert visits per token
-    kvw = kv_width(h, a, g)
-    n_mlp = mlp_matrices(mlp)
+    rec = layer_record(x)
+    kvw = rec["kv_train"] / 2.0  # K (or V) values per token (g·d; MLA's up-projected a·(nope + rope) and a·v)
+    n_mlp = rec["n_mlp"]
+    phi = rec["moe_frac"]  # share of layers with routed experts
+    et = np.where(x["etp"] > 0, x["etp"], t)  # expert tensor parallel (empty: tp)
+    any_moe, any_mla, any_mtp = bool((phi > 0).any()), bool(mla_mask(x).any()), bool((x["mtp"] > 0).any())
+    ffn_tok = rec["ffn_dense"] + phi * kk * rec["ffn_moe"]  # FFN width one token passes through, mean layer
     m = B / (d * b)  # micro-batches per step
     T = b * s / c  # tokens per GPU per micro-batch
     resid = T * h / (1.0 + sp * (t - 1.0))  # residual-stream elements per GPU
@@ -267,14 +279,20 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     ob = operand_bytes(is_fp8, is_fp4)
 
     # ---- GEMMs of one layer, forward (backward = dgrad + wgrad, each the forward's shape) ---------------
-    tk = T * kk
-    shapes = layer_gemm_shapes(T, h, kvw, f, n_mlp, t, kk, ob, 1.0 + moe * (E / e - 1.0))
-    n_qkv, n_fc1 = shapes[0][1], shapes[2][1]
+    shapes = layer_gemms(T, h, rec, t, et, kk, ob, E / e)
+    n_qkv = shapes[0][1]
     gemm_fwd = 0.0
-    for gm, gn, gk, w in shapes:
-        gemm_fwd = gemm_fwd + roofline_time(gemm_flops(gm, gn, gk), gemm_bytes(gm, gn, gk, ob, w, 2.0), mm_rate,
-                                            mem_rate)
-    gemm_fwd = gemm_fwd + moe * gemm_flops(T, E, h) / rate16  # router
+    for gm, gn, gk, w, share in shapes if any_moe else shapes[:4]:
+        gemm_fwd = gemm_fwd + share * roofline_time(gemm_flops(gm, gn, gk), gemm_bytes(gm, gn, gk, ob, w, 2.0),
+                                                    mm_rate, mem_rate)
+    if any_mla:
+        gemm_fwd = gemm_fwd + roofline_time(*mla_up_projection(T, rec, t, ob), mm_rate, mem_rate)
+    gemm_fwd = gemm_fwd + phi * gemm_flops(T, E, h) / rate16  # router
+    # ---- parameters of the mean layer held per GPU -------------------------------------------------------
+    p_attn = (h * rec["attn_in"] + rec["up_params"] + rec["o_width"] * h) / t + h * rec["attn_rep"]
+    p_expert_layer = phi * (E / e) * rec["expert_params"] / et
+    p_router = phi * h * E
+    p_layer = p_attn + n_mlp * h * rec["ffn_dense"] / t + p_expert_layer + p_router
     # ---- LoRA / QLoRA: rank-r adapters B·A on the target projections (Hu et al. 2021) -----------------
     # An adapter on a d_in×d_out weight holds r·(d_in + d_out) parameters and costs 2·r·(d_in + d_out) FLOPs
     # per token forward.  The frozen weights need no weight gradient: their backward is the input-gradient
@@ -283,16 +301,17 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     targets = x["lora_targets"]
     adapter_layer: Array | float = 0.0
     if any_peft:
-        attn_io = pick(mask(targets == 2, h), (h + h) + (h + kvw), (h + h + 2.0 * kvw) + (h + h))
-        mlp_io = (targets == 0) * ((h + (n_mlp - 1.0) * f) + (f + h))
-        adapter_layer = r * (attn_io + mlp_io * (1.0 + moe * (E / e - 1.0))) / t  # parameters per GPU, layer
-        adapter_fwd = peft * gemm_flops(T, r, attn_io + mlp_io * kk) / t / mm_rate
+        attn_io = pick(mask(targets == 2, h), (h + rec["q_width"]) + (h + kvw),
+                       (h + rec["attn_in"]) + (rec["o_width"] + h))
+        is_all = (targets == 0).astype(f64)
+        mlp_io = is_all * ((h + (n_mlp - 1.0) * rec["ffn_dense"]) + (rec["ffn_dense"] + h))
+        moe_io = is_all * phi * ((h + (n_mlp - 1.0) * rec["ffn_moe"]) + (rec["ffn_moe"] + h))
+        adapter_layer = r * (attn_io + mlp_io + moe_io * E / e) / t  # parameters per GPU, layer
+        adapter_fwd = peft * gemm_flops(T, r, attn_io + mlp_io + moe_io * kk) / t / mm_rate
         dequant: Array | float = 0.0
         if any_qlora:
-            p_base_layer = (h * (2.0 * h + 2.0 * kvw) + (1.0 + moe * (E / e - 1.0)) * expert_params(h, f, mlp)) \
-                / t + moe * h * E
             # per use of the weights, at the dequantization kernel's fraction of the HBM rate
-            dequant = qlora * K.QLORA_DEQUANT_BYTES * p_base_layer / (mem_rate * K.QLORA_DEQUANT_EFFICIENCY)
+            dequant = qlora * K.QLORA_DEQUANT_BYTES * p_layer / (mem_rate * K.QLORA_DEQUANT_EFFICIENCY)
         gemm_bwd = pick(peft, gemm_fwd + 2.0 * adapter_fwd + dequant, 2.0 * gemm_fwd)
         wgrad = pick(peft, 2.0 * adapter_fwd, gemm_fwd)
         gemm_fwd = gemm_fwd + adapter_fwd + dequant
@@ -303,31 +322,34 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     # Packed sequences (several documents of mean length doc_len in one sequence of s tokens, attention masked
     # per document: cu_seqlens / THD layout in flash attention and cuDNN) attend over doc_len keys per query
     # instead of s; a fused kernel skips the masked blocks, an unfused one still computes the full s x s.
+    # Sliding-window layers attend over at most ``sliding_window`` keys (dse.cost.architecture.causal_keys).
     span = attention_span(s, x["doc_len"])
-    flash_fwd = K.CAUSAL_FRACTION * 4.0 * b * (s / c) * span * h / t / hw["attention_rate"]
+    core = rec["core"]  # a·(d_qk + d_v)/2: h for multi-head attention
+    keys = causal_keys(span, rec["window"], rec["full_frac"], K.CAUSAL_FRACTION, rec["chunk"])
+    flash_fwd = 4.0 * b * (s / c) * keys * core / t / hw["attention_rate"]
     scores = b * (a / t) * s * s
-    std_fwd = 4.0 * b * s * s * h / t / rate16 + K.STANDARD_ATTENTION_FWD_BYTES * scores / mem_rate
-    std_bwd = 8.0 * b * s * s * h / t / rate16 + K.STANDARD_ATTENTION_BWD_BYTES * scores / mem_rate
+    std_fwd = 4.0 * b * s * s * core / t / rate16 + K.STANDARD_ATTENTION_FWD_BYTES * scores / mem_rate
+    std_bwd = 8.0 * b * s * s * core / t / rate16 + K.STANDARD_ATTENTION_BWD_BYTES * scores / mem_rate
     if any_eager:  # HF's unfused attention: two batched matmuls at their own rate and the eager softmax chain
-        bmm = eager_bmm_time(b, a / t, s, h / a, hw["tensor_fp16_flops"] * K.EAGER_BMM_EFFICIENCY)
+        bmm = eager_bmm_time(b, a / t, s, rec["head_dim"], hw["tensor_fp16_flops"] * K.EAGER_BMM_EFFICIENCY)
         std_fwd = pick(eager, bmm + eager_score_bytes(scores, backward=False) / mem_rate, std_fwd)
         std_bwd = pick(eager, 2.0 * bmm + eager_score_bytes(scores, backward=True) / mem_rate, std_bwd)
     attn_fwd = pick(standard, std_fwd, flash_fwd)
     attn_bwd = pick(standard, std_bwd, K.FLASH_BACKWARD_FLOP_RATIO * flash_fwd)
 
     # ---- memory-bound element-wise kernels --------------------------------------------------------------
-    act_elems = tk * f / t
+    act_elems = T * ffn_tok / t
     act_fwd_bytes = pick(swiglu, K.ACTIVATION_FWD_BYTES_SWIGLU, K.ACTIVATION_FWD_BYTES_2MAT)
     act_bwd_bytes = pick(swiglu, K.ACTIVATION_BWD_BYTES_SWIGLU, K.ACTIVATION_BWD_BYTES_2MAT)
     # fp8/fp4: cast-transpose of each GEMM's activation input (forward) and output gradient (backward);
     # NVFP4's quantization (amax, block scales, Hadamard transform, stochastic rounding) costs more per element
     cast = is_fp8 * K.LOW_PRECISION_CAST_BYTES + is_fp4 * K.NVFP4_CAST_BYTES
-    cast_fwd = cast * T * (2.0 * h + h / t + kk * f / t)
-    cast_bwd = cast * T * (n_qkv + 2.0 * h + kk * n_fc1)
+    cast_fwd = cast * T * (2.0 * h + rec["o_width"] / t + ffn_tok / t)
+    cast_bwd = cast * T * (n_qkv + 2.0 * h + (n_mlp - 1.0) * ffn_tok / t)
     ew_fwd = (K.RESIDUAL_FWD_BYTES * resid + act_fwd_bytes * act_elems + cast_fwd) / mem_rate
     ew_bwd = (K.RESIDUAL_BWD_BYTES * resid + act_bwd_bytes * act_elems + cast_bwd) / mem_rate
     if any_eager:  # eager PyTorch modules: every operation its own kernel (dse.cost.eager)
-        qk = T * (h + kvw) / t
+        qk = T * (rec["q_width"] + kvw) / t
         adapted = peft * adapted_modules(x["lora_targets"], n_mlp)
         adapter_out = peft * adapted_outputs(x["lora_targets"], h, kvw, f, n_mlp) * T / t
         eager_fwd = ((eager_elementwise_bytes(resid, 1.0, qk / resid, act_elems, swiglu, backward=False)
@@ -363,7 +385,7 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     cp_bwd = np.maximum(2.0 * (c - 1.0) * cp_step - attn_bwd, 0.0)
 
     # ---- expert parallel: dispatch + combine all-to-all, forward and backward ---------------------------
-    ep_fwd = moe * 2.0 * alltoall_time(ep_dispatch_bytes(T, h, kk, t, sp), t * c, e, hw)
+    ep_fwd = phi * 2.0 * alltoall_time(ep_dispatch_bytes(T, h, kk, t, sp), t * c, e, hw)
     ep_bwd = ep_fwd
 
     # ---- recomputation ----------------------------------------------------------------------------------
@@ -379,6 +401,10 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     logits_gemm = roofline_time(gemm_flops(T, V / t, h), gemm_bytes(T, V / t, h, 2.0, 2.0, 2.0), rate16,
                                 mem_rate)
     last_extra = (3.0 * logits_gemm + (K.CROSS_ENTROPY_BYTES * T * V / t + (4.0 + 6.0) * resid) / mem_rate)
+    if any_mtp:  # DeepSeek-V3 §2.2: each module a block, a 2h -> h projection, the shared head and its own loss
+        mtp_proj = roofline_time(gemm_flops(T, h, 2.0 * h / t), gemm_bytes(T, h, 2.0 * h / t, ob, ob, 2.0), mm_rate,
+                                 mem_rate)
+        last_extra = last_extra + x["mtp"] * (layer_time + 3.0 * mtp_proj + last_extra)
     # the slowest pipeline rank paces the steady state: the first (embedding), the last (logits, loss) or,
     # with an uneven split, a middle one
     t_first = L_first * layer_time + first_extra + single * last_extra
@@ -400,12 +426,7 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     t_pipe = pipeline_time(m, p, v, t_mb_slowest, t_mb_mean)
     bubble = pipeline_bubble_time(p, v, t_mb_mean)
 
-    # ---- parameters held per GPU ------------------------------------------------------------------------
-    p_attn = h * (2.0 * h + 2.0 * kvw)  # Q, K, V and output projections (transformer.attention_params)
-    p_one_expert = expert_params(h, f, mlp)
-    p_router = moe * h * E
-    p_expert_layer = (1.0 + moe * (E / e - 1.0)) * p_one_expert / t
-    p_layer = p_attn / t + p_expert_layer + p_router
+    # ---- parameters held per GPU (the mean layer's p_layer above) --------------------------------------
     p_embed = V * h / t
     # With pp > 1 the first stage holds the embedding and the last the output layer (a copy when tied):
     # one V·h/t matrix each.  With pp = 1 the only stage holds 1 (tied) or 2 (untied).
@@ -413,11 +434,15 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     # may be a middle rank); its layer count is lpm.
     p_first = L_first * p_layer + p_embed * (1.0 + single * untied)
     p_last = L_last * p_layer + p_embed
+    if any_mtp:  # the MTP modules live with the output head (their experts split like the others)
+        p_mtp = mtp_params(rec, h, E, x["mtp"]) / t
+        p_last = p_last + p_mtp
+        p_first = p_first + single * p_mtp
     p_mid = (p > 2) * L_mid * p_layer
     mid_fullest = ((p_mid > p_first) & (p_mid > p_last)).astype(f64)
     lpm = pick(mid_fullest, L_mid, pick(((p_first >= p_last) | (p <= 1)).astype(f64), L_first, L_last))
     p_stage = np.maximum(np.maximum(p_first, (1.0 - single) * p_last), p_mid)
-    p_expert = moe * lpm * p_expert_layer
+    p_expert = lpm * p_expert_layer
     p_dense = p_stage - p_expert
     # what the optimizer updates: every weight, or (LoRA / QLoRA) only the adapters, all synced as dense
     # bytes of the weights a GPU holds: 16-bit, or QLoRA's 4-bit layers with 16-bit embeddings and adapters
@@ -436,9 +461,9 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
 
     # ---- data parallel synchronisation and optimizer ----------------------------------------------------
     dpc = d * c
-    edp = dpc / e
+    edp = t * dpc / (e * et)
     dense_links = group_links(t, dpc, hw)
-    expert_links = group_links(t * e, edp, hw)  # expert-data-parallel ranks: dp·cp/ep, skipping the ep ranks
+    expert_links = group_links(et * e, edp, hw)  # expert-data-parallel ranks: tp·dp·cp/(ep·etp), past the ep·etp
     g_dense, g_expert = GRAD_COMM_BYTES * tw * p_dense_train, GRAD_COMM_BYTES * p_expert_train
     grad_sync = pick(
         z1,
@@ -519,15 +544,19 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
 
     # ---- outputs ----------------------------------------------------------------------------------------
     tokens = B * s
-    params_total = L * (p_attn + E * p_one_expert + p_router) + V * h * (1.0 + untied)
-    p_active = p_attn + kk * p_one_expert + p_router
-    mflops = model_flops_per_token(L, p_active, span, h, V) * tokens
+    params_total = L * layer_params(rec, h, E) + V * h * (1.0 + untied)
+    p_active = active_layer_params(rec, h, E, kk)
+    span_w = windowed_span(span, rec["window"], rec["full_frac"], rec["chunk"])
+    mflops = model_flops_per_token(L, p_active, span_w, h, V, core=core) * tokens
+    if any_mtp:  # each MTP module: a block, its projection, the shared head (forward and backward)
+        mtp_active = mtp_params(rec, h, E, 1.0) - mask(E > 1, E) * (E - kk) * rec["expert_params"]
+        mflops = mflops + x["mtp"] * model_flops_per_token(1.0, mtp_active, span_w, h, V, core=core) * tokens
     # LoRA / QLoRA execute the forward and the input gradient of the frozen model (2/3 of full training's
     # FLOPs, no weight gradient) plus forward and both gradients of the adapters
     if any_peft:
         adapter_flops = 3.0 * L * gemm_flops(1.0, r, attn_io + mlp_io * kk) * tokens
         mflops = pick(peft, mflops * (2.0 / 3.0) + adapter_flops, mflops)
-    hflops = mflops + recompute_flops_per_token(L, p_active, span, h, full, selective) * tokens
+    hflops = mflops + recompute_flops_per_token(L, p_active, span_w, h, full, selective, core=core) * tokens
     gpu_seconds = step * gpus
 
     out: dict[str, Array] = {
@@ -569,7 +598,8 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     }
 
     # ---- memory of the first and the last pipeline stage; the larger one is reported --------------------
-    kept, scores, _ = layer_activation_terms(T, b, s, h, a, kvw, f, mlp, kk, t, sp, standard, ob)
+    kept, scores, _ = layer_activation_terms(T, b, s, h, a, kvw, ffn_tok, mlp, 1.0, t, sp, standard, ob,
+                                             q_width=rec["q_width"], o_width=rec["o_width"], latent=rec["attn_rep"])
     act_layer = pick(full, 2.0 * resid, kept + (1.0 - selective) * scores)  # memory.activation_bytes_per_layer
     # The layer being back-propagated rebuilds what recomputation dropped: its s×s attention tensors
     # (selective), or all its activations on top of its stored input (full).
@@ -579,7 +609,8 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     # last.  Taken with the fullest rank's parameters: an upper bound when they are different ranks.
     act_first = inflight_chunk_microbatches(m, p, v, 0.0) * L_first * act_layer + act_transient + single * logits
     act_mid = (p > 2) * (inflight_chunk_microbatches(m, p, v, 1.0) * L_mid * act_layer + act_transient)
-    act_last = inflight_chunk_microbatches(m, p, v, p - 1.0) * L_last * act_layer + act_transient + logits
+    act_last = (inflight_chunk_microbatches(m, p, v, p - 1.0) * (L_last + x["mtp"]) * act_layer + act_transient
+                + logits * (1.0 + x["mtp"]))
     act = np.maximum(np.maximum(act_first, act_last), act_mid)
     weights = weight_bytes(weight_stage_bytes / 2.0, dpc, zero)  # memory.weight_bytes counts 2 bytes each
     if any_stream:
@@ -625,6 +656,7 @@ def _infeasible_reason(x: dict[str, Array]) -> Array:
     smallest, largest = sizes[0], sizes[0]
     for arr in sizes[1:]:
         smallest, largest = np.minimum(smallest, arr), np.maximum(largest, arr)
+    etp_set = (x["etp"] > 0) & (x["etp"] != t)  # expert tensor parallel other than tp
     R = codes.REASON_CODE
     checks = (
         (R["nonpositive_size"], ~(smallest > 0)),
@@ -633,7 +665,7 @@ def _infeasible_reason(x: dict[str, Array]) -> Array:
         (R["precision_unsupported_by_system"], ~(peak > 0)),
         (R["int8/int4 are weight-only inference formats"], x["precision"] >= codes.PRECISION_INT8),
         (R["tp*pp*cp*dp != gpus"], t * p * c * d != x["gpus"]),
-        (R["hidden % heads != 0"], ~divides(a, h)),
+        (R["hidden % heads != 0"], ~divides(a, h) & ~(x["head_dim"] > 0) & ~(mla_mask(x) > 0)),
         (R["heads % kv_heads != 0"], ~divides(g, a)),
         (R["top_k > experts"], x["top_k"] > x["experts"]),
         (R["heads % tp != 0"], ~divides(t, a)),
@@ -649,7 +681,10 @@ def _infeasible_reason(x: dict[str, Array]) -> Array:
         (R["seq_len % (2*cp) != 0"], (c > 1) & ~divides(2.0 * c, s)),
         (R["cp > 1 needs flash attention"], (c > 1) & (x["attention"] == codes.ATTENTION_STANDARD)),
         (R["experts % ep != 0"], ~divides(e, x["experts"])),
-        (R["(dp*cp) % ep != 0"], ~divides(e, d * c)),
+        (R["(dp*cp) % ep != 0"], ~etp_set & ~divides(e, d * c)),
+        (R["(tp*cp*dp) % (ep*etp) != 0"], etp_set & ~divides(e * x["etp"], t * c * d)),
+        (R["moe_ffn_hidden % etp != 0"], etp_set & ~divides(x["etp"], np.where(x["moe_ffn_hidden"] > 0,
+                                                                                x["moe_ffn_hidden"], x["ffn_hidden"]))),
         (R["zero >= 2 with pp > 1 unsupported"], (x["zero"] >= 2) & (p > 1)),
         (R["crosses nodes without scale-out network"], ~(x["scaleout_bw"] > 0) & (x["gpus"] > x["scaleup_gpus"])),
     )

@@ -83,24 +83,27 @@ def active_matmul_params_per_layer(hidden: Array, heads: Array, kv_heads: Array,
 
 
 def model_flops_per_token(layers: Array, active_params_per_layer: Array, seq_len: Array, hidden: Array,
-                          vocab: Array) -> Array:
+                          vocab: Array, core: Array | None = None) -> Array:
     """Model FLOPs per token for forward + backward (no recomputation), the MFU numerator.
 
     Korthikanti et al. 2022 Eq. (7): 72·B·L·s·h²·(1 + s/(6h) + V/(12hL)) per iteration, i.e. per token
     3 · [L·(2·P_active + 4·s·h) + 2·h·V], with P_active = :func:`active_matmul_params_per_layer`
     (GQA, gated FFNs and MoE generalise the 12h² of GPT).  The attention score/context term counts the
-    full s×s matrix (no causal halving), as Narayanan and Korthikanti do.
+    full s×s matrix (no causal halving), as Narayanan and Korthikanti do.  ``core`` = a·(d_qk + d_v)/2 replaces h
+    in it where the heads are not h/a wide or MLA sets its own head dims (dse.cost.architecture.layer_record);
+    ``seq_len`` is then the keys per query averaged over the layers (sliding windows).
     """
-    return 3.0 * (layers * (2.0 * active_params_per_layer + 4.0 * seq_len * hidden) + 2.0 * hidden * vocab)
+    c = hidden if core is None else core
+    return 3.0 * (layers * (2.0 * active_params_per_layer + 4.0 * seq_len * c) + 2.0 * hidden * vocab)
 
 
 def recompute_flops_per_token(layers: Array, active_params_per_layer: Array, seq_len: Array, hidden: Array,
-                              full: Array, selective: Array) -> Array:
+                              full: Array, selective: Array, core: Array | None = None) -> Array:
     """Extra forward FLOPs per token executed by activation recomputation (for HFU).
 
     Full: one more forward of every layer, L·(2·P_active + 4·s·h) (Narayanan 2021 Eq. 3 counts it).
     Selective: the attention core only, L·4·s·h (Korthikanti 2022 Eq. 8).  ``full`` and ``selective`` are
-    float 0/1 masks.
+    float 0/1 masks; ``core`` as in :func:`model_flops_per_token`.
     """
-    attn_core = 4.0 * seq_len * hidden
+    attn_core = 4.0 * seq_len * (hidden if core is None else core)
     return layers * (full * (2.0 * active_params_per_layer + attn_core) + selective * attn_core)

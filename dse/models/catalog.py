@@ -8,7 +8,8 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
-from dse.codes import MLP, encode
+from dse.codes import ATTENTION_KIND, MLP, encode
+from dse.cost.architecture import ARCHITECTURE_INTEGERS
 
 #: Dimension columns every model (catalogued or custom) must provide.
 MODEL_COLUMNS: tuple[str, ...] = (
@@ -26,6 +27,12 @@ def models() -> pd.DataFrame:
                 "tied_embeddings", "linear_bias"):
         frame[col] = pd.to_numeric(frame[col], errors="raise").astype(np.int64)
     frame["mlp_code"] = encode(frame["mlp"].to_numpy(), MLP, key="models.csv mlp")
+    # optional architecture columns (dse.cost.architecture): empty = not set (NaN here, 0 in the kernels)
+    frame["active_published_b"] = pd.to_numeric(frame["active_published_b"], errors="raise").astype(np.float64)
+    for col in ARCHITECTURE_INTEGERS:
+        frame[col] = pd.to_numeric(frame[col], errors="raise").astype(np.float64)
+    kind = frame["attention_kind"].astype(object).where(frame["attention_kind"].notna(), ATTENTION_KIND[0])
+    frame["attention_kind_code"] = encode(kind.to_numpy(), ATTENTION_KIND, key="models.csv attention_kind")
     return frame.set_index("name", drop=False)
 
 
@@ -41,3 +48,25 @@ def model_row(name: str) -> pd.Series:
         raise KeyError(f"model {name!r} is not in the catalog; known models: {', '.join(cat.index)}")
     row: pd.Series = cat.loc[key]  # type: ignore[assignment]  # a unique index gives one row
     return row
+
+
+def parameter_counts(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(total, active, active without the input embedding) parameters of catalog-shaped ``rows``, from the model
+    record of :mod:`dse.cost.architecture` (what the cost kernels use): L mean layers + the input embedding
+    + the output layer when untied.  Active counts the k routed experts a token visits; sources differ on
+    counting the input embedding (a lookup, no FLOPs): OpenAI's gpt-oss card leaves it out, DeepSeek and Qwen
+    count it.  MTP modules are not counted (DeepSeek-V3 publishes them apart)."""
+    from dse.cost.architecture import ARCHITECTURE_COLUMNS, active_layer_params, layer_params, layer_record
+
+    x = {k: rows[k].to_numpy(dtype=np.float64) for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden",
+                                                       "vocab", "experts", "top_k", "tied_embeddings")}
+    x["mlp"] = rows["mlp_code"].to_numpy(dtype=np.float64)
+    for k in ARCHITECTURE_COLUMNS:
+        x[k] = np.nan_to_num(rows["attention_kind_code" if k == "attention_kind" else k].to_numpy(dtype=np.float64))
+    rec = layer_record(x)
+    h, E, V, L = x["hidden"], x["experts"], x["vocab"], x["layers"]
+    embed = V * h
+    output = V * h * (x["tied_embeddings"] <= 0)
+    total = L * layer_params(rec, h, E) + embed + output
+    active = L * active_layer_params(rec, h, E, x["top_k"]) + embed + output
+    return total, active, active - embed
