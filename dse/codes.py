@@ -81,11 +81,15 @@ DECODE_KV_READS: tuple[str, ...] = ("per_kv_head", "per_query_head")
 #: RoPE, the unfused softmax and the residual adds is its own kernel; see dse.cost.eager).
 KERNELS: tuple[str, ...] = ("fused", "eager")
 KERNELS_EAGER = 1
-#: What the optimizer keeps per parameter and how its step runs: mixed-precision Adam (fp32 master weights,
-#: momentum and variance, 12 bytes, ZeRO's K = 12; a fused multi-tensor step) or torch.optim.AdamW on a 16-bit
-#: model (momentum and variance in the parameters' dtype, 4 bytes; the foreach step with its full-size
-#: temporary; see dse.cost.memory.OPTIMIZER_LAYOUTS).
-OPTIMIZER: tuple[str, ...] = ("adam_mixed", "adam_16bit")
+#: What the optimizer keeps per parameter and how its step runs: mixed-precision Adam (16-bit gradients, fp32
+#: master weights, momentum and variance, 12 bytes, ZeRO's K = 12; a fused multi-tensor step); torch.optim.AdamW
+#: on a 16-bit model (momentum and variance in the parameters' dtype, 4 bytes; the foreach step with its full-size
+#: temporary); Megatron-core's optimizer with fp32 main gradients (``grad_reduce_in_fp32``: a 4-byte gradient
+#: buffer, fp32 master weights, momentum and variance); or Apex's DistributedFusedAdam with
+#: ``store_param_remainders`` (NeMo 1.x ``distributed_fused_adam`` on a bf16 model: a 4-byte gradient buffer,
+#: the 16 low bits of each fp32 master weight, fp32 momentum and variance, 10 bytes).  See
+#: :func:`dse.cost.memory.optimizer_layout_bytes`.
+OPTIMIZER: tuple[str, ...] = ("adam_mixed", "adam_16bit", "adam_fp32_grads", "adam_remainders")
 OPTIMIZER_16BIT = 1
 #: The dtype of LoRA adapters: the base model's 16 bits, or fp32 (HF PEFT 2023 creates ``lora_A`` / ``lora_B`` as
 #: ``nn.Linear`` in the default float32 and moves them to the weight's device only).

@@ -12,7 +12,9 @@ knobs that software fixes.  Rules:
   (:func:`nearest_stack`); one such row never refuses the file.
 
 Profile values: a value of the knob's vocabulary; ``auto`` (leave the model's default, e.g. ``sp`` = 1 when
-tp > 1); ``when_vpp`` (1 when the row interleaves, vpp > 1, else 0: Megatron-Bridge's overlap_p2p_comm).
+tp > 1); ``when_vpp`` (1 when the row interleaves, vpp > 1, else 0: Megatron-Bridge's overlap_p2p_comm);
+``when_uneven`` (``pipeline_split`` only: ``embedding_loss`` where the layers do not divide over pp·vpp and the
+layers plus the embedding and the loss do, else ``even``; :func:`embedding_loss_where_uneven`).
 Settings the cost model has no term for (``fp8_recipe``) are recorded for the reader; the serving settings
 (``max_batch``, ``max_num_tokens``, ``kv_memory_fraction``, ``kv_block_tokens``, ``chunked_prefill``,
 ``cuda_graphs``, ``kv_reservation``) are the engine's defaults.
@@ -71,6 +73,7 @@ TRAIN_KNOBS: dict[str, tuple[str, ...]] = {
     "dp_overlap": ("0", "1"), "pp_overlap": ("0", "1"), "sp": ("0", "1"), "zero": ("0", "1", "2", "3"),
     "zero3_fetch": codes.ZERO3_FETCH, "kernels": codes.KERNELS, "optimizer": codes.OPTIMIZER,
     "memory_report": codes.MEMORY_REPORT, "adapter_precision": codes.ADAPTER_PRECISION, "dp_reduce": codes.DP_REDUCE,
+    "pipeline_split": codes.PIPELINE_SPLIT,
 }
 #: Settings recorded for the reader (no term in the model) and serving-engine settings.
 RECORDED: dict[str, str] = {"fp8_recipe": "text"}
@@ -82,7 +85,27 @@ SERVE_KNOBS: dict[str, str] = {"decode_kv_reads": "per_kv_head or per_query_head
 #: Values of the serving settings that name rather than count: their code in the kernel.
 SERVE_VALUE_CODES: dict[str, tuple[str, ...]] = {"decode_kv_reads": codes.DECODE_KV_READS,
                                                  "kv_reservation": ("mean", "full")}
-SPECIAL = ("auto", "when_vpp")
+SPECIAL = ("auto", "when_vpp", "when_uneven")
+#: The knobs a special value other than ``auto`` may set (``when_uneven`` resolves to a pipeline split).
+SPECIAL_KNOBS: dict[str, tuple[str, ...]] = {"when_vpp": ("dp_overlap", "pp_overlap", "sp"),
+                                             "when_uneven": ("pipeline_split",)}
+#: The codes :func:`knob_tables` gives the row-dependent values (resolved by the sweep from the row).
+WHEN_VPP_CODE, WHEN_UNEVEN_CODE = -1.0, -2.0
+
+
+def embedding_loss_where_uneven(layers: np.ndarray, pp: np.ndarray, vpp: np.ndarray) -> np.ndarray:
+    """Rows a ``when_uneven`` stack splits with the embedding and the loss counted as layers (True) rather than
+    evenly: layers % (pp·vpp) != 0 and (layers + 2) % (pp·vpp) == 0 (empty pp or vpp: 1).
+
+    Megatron-Bridge's Llama 3.1 405B recipes (126 layers) set ``account_for_embedding_in_pipeline_split`` and
+    ``account_for_loss_in_pipeline_split``; its 8B and 70B recipes, whose layers divide, leave them off
+    (dse/stacks.csv cites the files).  A row whose layers divide neither way keeps the even split and its
+    reason ``layers % (pp*vpp) != 0``."""
+    stages = np.nan_to_num(np.asarray(pp, dtype=np.float64), nan=1.0) * np.nan_to_num(
+        np.asarray(vpp, dtype=np.float64), nan=1.0)
+    layers = np.asarray(layers, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (np.fmod(layers, stages) != 0) & (np.fmod(layers + 2.0, stages) == 0)
 
 
 def per_zero(value: str, zero: np.ndarray) -> np.ndarray | None:
@@ -180,9 +203,10 @@ def profiles() -> pd.DataFrame:
         key, value = row["key"], row["value"]
         if key in TRAIN_KNOBS:
             parts = value.split("/")
-            if len(parts) not in (1, 4) or any(v not in TRAIN_KNOBS[key] and (v not in SPECIAL or len(parts) > 1)
+            special = tuple(v for v in SPECIAL if key in SPECIAL_KNOBS.get(v, (key,)))
+            if len(parts) not in (1, 4) or any(v not in TRAIN_KNOBS[key] and (v not in special or len(parts) > 1)
                                                for v in parts):
-                raise ValueError(f"{where}: {key} = {value!r}; allowed: {', '.join(TRAIN_KNOBS[key] + SPECIAL)}, or "
+                raise ValueError(f"{where}: {key} = {value!r}; allowed: {', '.join(TRAIN_KNOBS[key] + special)}, or "
                                  "four of the values joined by '/' (one per ZeRO stage 0/1/2/3)")
         elif key in SERVE_VALUE_CODES:
             if value not in SERVE_VALUE_CODES[key]:
@@ -225,6 +249,7 @@ def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAI
     vpp = np.nan_to_num(to_float(frame["vpp"], _blank(frame["vpp"])), nan=1.0) if "vpp" in frame.columns else \
         np.ones(len(frame))
     n = len(frame)
+    uneven: np.ndarray | None = None  # rows a when_uneven stack splits with the embedding and the loss
     for stack in present:
         rows = (names == stack).to_numpy()
         for key, value in profile(stack).items():
@@ -233,9 +258,15 @@ def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAI
             target = rows & (_blank(frame[key]) if key in frame.columns else True)
             if not target.any():
                 continue
-            # a value per row (when_vpp, or one per ZeRO stage), or one value for every row
-            per_row = np.where(vpp > 1, "1", "0").astype(object) if value == "when_vpp" else per_zero(
-                value, _zero_stage(frame))
+            # a value per row (when_vpp, when_uneven, or one per ZeRO stage), or one value for every row
+            if value == "when_vpp":
+                per_row: np.ndarray | None = np.where(vpp > 1, "1", "0").astype(object)
+            elif value == "when_uneven":
+                if uneven is None:
+                    uneven = embedding_loss_where_uneven(_layers(frame), _column(frame, "pp"), vpp)
+                per_row = np.asarray(codes.PIPELINE_SPLIT, dtype=object)[uneven.astype(np.int64)]
+            else:
+                per_row = per_zero(value, _zero_stage(frame))
             values = [value] if per_row is None else sorted(set(per_row[target].tolist()))
             present_column = frame[key] if key in frame.columns else None
             if present_column is not None and present_column.dtype.kind in "iufb" and all(v.isdigit()
@@ -269,19 +300,43 @@ def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAI
     if record and bits.any():
         name_code, name_values = pd.factorize(names.to_numpy(dtype=object))
         stage = zero_stage_index(_zero_stage(frame))
-        combo_key = (name_code.astype(np.int64) << 40) | (bits << 3) | (stage << 1) | (vpp > 1)
+        split = np.zeros(n, dtype=np.int64) if uneven is None else uneven.astype(np.int64)
+        combo_key = (name_code.astype(np.int64) << 41) | (bits << 4) | (split << 3) | (stage << 1) | (vpp > 1)
         combos, group = np.unique(combo_key, return_inverse=True)
         group = group.reshape(-1)
         records: list[dict[str, object]] = []
         for combo in combos.tolist():
-            stack, mask, zero, interleaved = (str(name_values[combo >> 40]), (combo >> 3) & (2**37 - 1),
-                                              (combo >> 1) & 3, combo & 1)
+            stack, mask, split_code, zero, interleaved = (str(name_values[combo >> 41]), (combo >> 4) & (2**37 - 1),
+                                                          (combo >> 3) & 1, (combo >> 1) & 3, combo & 1)
             prof = profile(stack) if stack else {}
             records.append({knob: (("1" if interleaved else "0") if prof[knob] == "when_vpp"
+                                   else codes.PIPELINE_SPLIT[split_code] if prof[knob] == "when_uneven"
                                    else prof[knob].split("/")[zero] if "/" in prof[knob] else prof[knob])
                             for knob, bit in bit_of.items() if mask >> bit & 1})
         filled = [records[g] if records[g] else empty for g in group]
     return frame, filled
+
+
+def _column(frame: pd.DataFrame, key: str) -> np.ndarray:
+    """A numeric column as float64 (NaN where empty or absent)."""
+    if key not in frame.columns:
+        return np.full(len(frame), np.nan)
+    return to_float(frame[key], _blank(frame[key]))
+
+
+def _layers(frame: pd.DataFrame) -> np.ndarray:
+    """Each row's layer count: the row's ``layers`` cell, else its catalogued model's (NaN: neither)."""
+    layers = _column(frame, "layers")
+    missing = np.isnan(layers)
+    if missing.any() and "model" in frame.columns:
+        from dse.models.catalog import models  # the catalog only when a row leaves its layers to it
+
+        catalog = models()["layers"]
+        names = _lower_names(frame["model"], _blank(frame["model"]), "")
+        position = catalog.index.get_indexer(pd.Index(names.to_numpy(dtype=object)))
+        known = np.append(catalog.to_numpy(dtype=np.float64), np.nan)[np.where(position >= 0, position, len(catalog))]
+        layers = np.where(missing, known, layers)
+    return layers
 
 
 def _zero_stage(frame: pd.DataFrame) -> np.ndarray:
@@ -293,7 +348,8 @@ def _zero_stage(frame: pd.DataFrame) -> np.ndarray:
 
 def knob_tables(names: tuple[str, ...]) -> dict[str, np.ndarray]:
     """For sweeps: per training knob, the value each stack code (row: index into ``names``) sets at each ZeRO
-    stage (column 0..3), as a float code (NaN: leave the default; -1: ``when_vpp``).  ``names`` is the spec's
+    stage (column 0..3), as a float code (NaN: leave the default; WHEN_VPP_CODE, WHEN_UNEVEN_CODE: resolved per
+    row by the sweep).  ``names`` is the spec's
     stack vocabulary."""
     out: dict[str, np.ndarray] = {}
     for key, vocab in TRAIN_KNOBS.items():
@@ -303,6 +359,7 @@ def knob_tables(names: tuple[str, ...]) -> dict[str, np.ndarray]:
             if value is None or value == "auto":
                 continue
             parts = value.split("/") if "/" in value else [value] * 4
-            arr[i] = [-1.0 if v == "when_vpp" else float(vocab.index(v)) for v in parts]
+            arr[i] = [WHEN_VPP_CODE if v == "when_vpp" else WHEN_UNEVEN_CODE if v == "when_uneven"
+                      else float(vocab.index(v)) for v in parts]
         out[key] = arr
     return out

@@ -21,7 +21,15 @@ from dse.grid import Grid
 from dse.hardware import catalog as hwcat
 from dse.hardware.derive import DERIVE_AXES, base_technology, derived_hardware_columns
 from dse.spec import MODEL_KEYS, TECH_CAT_AXES, Spec, tech_vocabulary
-from dse.stacks import fill_serving_settings, knob_tables, stack_names, zero_stage_index
+from dse.stacks import (
+    WHEN_UNEVEN_CODE,
+    WHEN_VPP_CODE,
+    embedding_loss_where_uneven,
+    fill_serving_settings,
+    knob_tables,
+    stack_names,
+    zero_stage_index,
+)
 
 #: Input columns written per row (after ``point``), in this order.
 INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "micro_batch",
@@ -149,7 +157,11 @@ def _fill_from_stack(x: dict[str, np.ndarray], stack: np.ndarray) -> None:
             continue
         stage = zero_stage_index(x["zero"])
         value = np.where(has, table[code, stage], np.nan)
-        value = np.where(value == -1.0, (x["vpp"] > 1).astype(np.float64), value)  # when_vpp
+        value = np.where(value == WHEN_VPP_CODE, (x["vpp"] > 1).astype(np.float64), value)
+        if (value == WHEN_UNEVEN_CODE).any():
+            uneven = embedding_loss_where_uneven(x["layers"], x["pp"], x["vpp"])
+            value = np.where(value == WHEN_UNEVEN_CODE, np.where(uneven, float(codes.PIPELINE_SPLIT_EMBEDDING_LOSS),
+                                                                 float(codes.PIPELINE_SPLIT.index("even"))), value)
         x[key] = np.where(np.isnan(x[key]), value, x[key]).astype(x[key].dtype)
 
 

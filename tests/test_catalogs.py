@@ -59,7 +59,7 @@ def test_systems_catalog_loads_and_names_are_unique():
 
 
 #: Systems the shared spec table does not have, sourced in systems.csv itself (issue 10: serving GPUs).
-SOURCED_HERE = {"rtx-pro-6000"}
+SOURCED_HERE = {"rtx-pro-6000", "h100-sxm-96gb"}
 #: Servers of a GPU the shared table has, with another GPU interconnect (issue 21): their GPU numbers are that row's.
 VARIANT_OF = {"rtx3090-nvlink": "rtx3090"}
 

@@ -161,10 +161,47 @@ def test_llama31_405b_published_layouts_evaluate_with_their_stage_split():
     cases = pd.read_csv(Path(__file__).parent / "cases" / "nemo_llama31_405b_layouts.csv")
     out = evaluate(cases.drop(columns=["case", "metric", "measured", "source"]))
     assert out["fits"].all() and np.isfinite(out["tokens_per_s_per_gpu"]).all()
-    even = evaluate(cases.drop(columns=["case", "metric", "measured", "source", "pipeline_split"]))
+    even = evaluate(cases.drop(columns=["case", "metric", "measured", "source"]).assign(pipeline_split="even"))
     assert (even["infeasible_reason"] == "layers % (pp*vpp) != 0").all()
     row = explain_row({**cases.iloc[0].drop(["case", "metric", "measured", "source"]).to_dict(), "task": "train"})
     assert stage_split_text(row).startswith("pipeline stages: first rank 15 layers + embedding, 6 middle ranks 16")
+
+
+def test_newer_nemo_stacks_imply_the_405b_split_only_where_the_layers_do_not_divide():
+    """Issue 25: Megatron-Bridge's Llama 3.1 405B recipes (NeMo 25.09-26.02) count the embedding and the loss
+    as layers; its 8B/70B recipes do not, and their layers divide.  A row that leaves ``pipeline_split`` empty
+    takes the split its stack's recipes imply; a stated split always wins; 24.07 implies nothing."""
+    from pathlib import Path
+
+    cases = pd.read_csv(Path(__file__).parent / "cases" / "nemo_llama31_405b_layouts.csv")
+    inputs = cases.drop(columns=["case", "metric", "measured", "source"])
+    implied = evaluate(inputs.drop(columns=["pipeline_split"]))
+    stated = evaluate(inputs)
+    assert list(implied["pipeline_split"]) == ["embedding_loss"] * len(cases)
+    np.testing.assert_array_equal(implied["tokens_per_s_per_gpu"], stated["tokens_per_s_per_gpu"])
+    row = {"model": "llama3.1-405b", "system": "h100-sxm-80gb", "gpus": 1024, "tp": 8, "pp": 8, "cp": 2,
+           "global_batch": 512, "seq_len": 8192, "precision": "fp8"}
+    frame = pd.DataFrame([{**row, "vpp": 8, "stack": "nemo-25.09"},  # 126 % 64 != 0, 128 % 64 == 0
+                          {**row, "vpp": 8, "stack": "nemo-25.09", "pipeline_split": "even"},  # stated: refused
+                          {**row, "vpp": 8, "stack": "nemo-24.07"},  # no such profile setting: even, refused
+                          {**row, "vpp": 3, "stack": "nemo-26.02"},  # 126 % 24 and 128 % 24 != 0: even, refused
+                          {**row, "model": "llama3-70b", "vpp": 5, "stack": "nemo-25.11"}])  # 80 % 40 == 0: even
+    out = evaluate(frame)
+    assert list(out["infeasible_reason"].astype(str)) == ["", *["layers % (pp*vpp) != 0"] * 3, ""]
+    filled, record = apply_stack(frame)
+    assert list(filled["pipeline_split"].fillna("")) == ["embedding_loss", "even", "", "even", "even"]
+    assert record[0]["pipeline_split"] == "embedding_loss" and "pipeline_split" not in record[1]
+    assert record[3]["pipeline_split"] == record[4]["pipeline_split"] == "even"
+    # a sweep over the stack and vpp fills the same split as the table
+    grid = {**row, "vpp": [3, 8], "stack": ["nemo-24.07", "nemo-25.09"]}
+    spec = resolve_spec({"name": "s", "grid": grid}, "<test>")
+    swept = evaluate_points(spec, Grid(spec), 0, spec.size).to_pandas()
+    table = evaluate(swept[["model", "system", "gpus", "tp", "pp", "cp", "vpp", "global_batch", "seq_len", "precision",
+                            "stack"]].astype(object))
+    assert list(swept["pipeline_split"].astype(str)) == list(table["pipeline_split"].astype(str))
+    # the points whose layers split neither way are dropped by the spec's divisibility constraints
+    assert list(zip(swept["stack"].astype(str), swept["vpp"], swept["pipeline_split"].astype(str), strict=True)) == [
+        ("nemo-25.09", 8, "embedding_loss")]
 
 
 def test_held_out_405b_nvfp4_layouts():

@@ -107,7 +107,7 @@ def configs(draw):
         "zero3_fetch": draw(st.sampled_from([0, 0, 1])),
         "pipeline_split": draw(st.sampled_from([0, 0, 1])), "layers_first_stage": np.nan,
         "layers_last_stage": np.nan, "doc_len": np.nan,
-        "kernels": draw(st.sampled_from([0, 0, 1])), "optimizer": draw(st.sampled_from([0, 0, 1])),
+        "kernels": draw(st.sampled_from([0, 0, 1])), "optimizer": draw(st.sampled_from([0, 0, 1, 2, 3])),
         "memory_report": draw(st.integers(0, 1)), "adapter_precision": draw(st.integers(0, 1)),
         "dp_reduce": draw(st.integers(0, 1)),
     }

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from dse.codes import MLP_SWIGLU
 from dse.cost.select import mask
 
@@ -28,19 +30,48 @@ def weight_bytes(params: Array, dp_shards: Array, zero: Array) -> Array:
     return WEIGHT_BYTES * params / (1.0 + (zero >= 3) * (dp_shards - 1.0))
 
 
-def gradient_bytes(params: Array, dp_shards: Array, zero: Array) -> Array:
-    """16-bit gradients, sharded at ZeRO ≥ 2: 2Ψ / (N_d if zero ≥ 2)."""
-    return GRAD_BYTES * params / (1.0 + (zero >= 2) * (dp_shards - 1.0))
+def gradient_bytes(params: Array, dp_shards: Array, zero: Array, per_param: Array = GRAD_BYTES) -> Array:
+    """Gradients, sharded at ZeRO ≥ 2: gΨ / (N_d if zero ≥ 2), g = ``per_param`` (2 for 16-bit gradients)."""
+    return per_param * params / (1.0 + (zero >= 2) * (dp_shards - 1.0))
 
 
-#: Bytes per parameter the optimizer keeps, by :data:`dse.codes.OPTIMIZER` code: mixed-precision Adam's fp32 master
-#: weight, momentum and variance (12, ZeRO §3.1); torch.optim.AdamW on a 16-bit model keeps momentum and variance
-#: in the parameters' dtype (``torch.zeros_like(p)``) and no master copy (4).
-OPTIMIZER_STATE_BYTES = (OPTIMIZER_BYTES, 4.0)
+#: Bytes per parameter the optimizer keeps, by :data:`dse.codes.OPTIMIZER` code (see
+#: :func:`optimizer_layout_bytes`): mixed-precision Adam's fp32 master weight, momentum and variance (12, ZeRO
+#: §3.1); torch.optim.AdamW on a 16-bit model keeps momentum and variance in the parameters' dtype
+#: (``torch.zeros_like(p)``) and no master copy (4); Megatron-core's fp32 master weight, momentum and variance
+#: (12); Apex DistributedFusedAdam's int16 remainder of the fp32 master weight and fp32 momentum and variance (10).
+OPTIMIZER_STATE_BYTES = (OPTIMIZER_BYTES, 4.0, OPTIMIZER_BYTES, 10.0)
+#: Bytes per parameter of the gradient buffer, by :data:`dse.codes.OPTIMIZER` code: 16-bit (ZeRO §3.1; torch
+#: AdamW on a 16-bit model), or fp32 main gradients (Megatron-core ``grad_reduce_in_fp32``; Apex
+#: DistributedFusedAdam's contiguous buffer in ``grad_sync_dtype``, which defaults to the fp32 state dtype).
+GRADIENT_BYTES_PER_PARAM = (GRAD_BYTES, GRAD_BYTES, 4.0, 4.0)
 #: Temporaries of the step per updated parameter: none for a fused step; torch's foreach AdamW allocates
 #: ``exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)``, one 16-bit copy of every variance (2); the step's peak
 #: is then weights + gradients + states + this.
-OPTIMIZER_TEMP_BYTES = (0.0, 2.0)
+OPTIMIZER_TEMP_BYTES = (0.0, 2.0, 0.0, 0.0)
+
+
+def optimizer_layout_bytes(optimizer: Array) -> tuple[Array, Array]:
+    """(gradient, optimizer-state) bytes per trained parameter of each row's optimizer layout (a
+    :data:`dse.codes.OPTIMIZER` code), before ZeRO sharding.  With the 2-byte weights, per parameter:
+
+    * ``adam_mixed``        2 + 2 + 12 = 16   (ZeRO, Rajbhandari et al. 2020 §3.1: 2Ψ + 2Ψ + KΨ, K = 12)
+    * ``adam_16bit``        2 + 2 + 4  = 8    (torch.optim.AdamW state in the parameters' dtype)
+    * ``adam_fp32_grads``   2 + 4 + 12 = 18   (NVIDIA/Megatron-LM docs/source/api-guide/dist_optimizer.md
+      @ecb5dfad: "bf16 parameters, fp32 gradients: 18 non-distributed, 6 + 12/d distributed")
+    * ``adam_remainders``   2 + 4 + 10 = 16   (NVIDIA/apex apex/contrib/optimizers/distributed_fused_adam.py
+      @f3f04924: ``store_param_remainders`` keeps an int16 ``param_remainders_shard`` instead of an fp32
+      ``params_shard``, beside fp32 ``exp_avg_shard`` and ``exp_avg_sq_shard``; the contiguous gradient buffer is
+      ``grad_sync_dtype``, by default the fp32 state dtype.  NVIDIA/NeMo
+      nemo/collections/nlp/models/language_modeling/megatron_base_model.py @579983fb sets
+      ``store_param_remainders`` for a bf16 model with fp32 optimizer state: 6 + 10/d distributed)
+
+    The master-weight saving of the remainders (2 bytes) is what the fp32 gradient buffer costs (2 bytes) when
+    nothing is sharded (d = 1); with d > 1 the states shrink and the gradient buffer does not."""
+    dtype = optimizer.dtype if isinstance(optimizer, np.ndarray) and optimizer.dtype.kind == "f" else np.float64
+    code = np.asarray(optimizer).astype(np.int64)
+    return (np.asarray(GRADIENT_BYTES_PER_PARAM, dtype=dtype)[code],
+            np.asarray(OPTIMIZER_STATE_BYTES, dtype=dtype)[code])
 
 
 def optimizer_bytes(params: Array, dp_shards: Array, zero: Array, state_bytes: Array = OPTIMIZER_BYTES) -> Array:

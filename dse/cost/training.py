@@ -54,12 +54,13 @@ from dse.cost.eager import (
 )
 from dse.cost.host import cpu_adam_time, host_state_bytes, offload_gradient_bytes, offload_parameter_bytes
 from dse.cost.memory import (
-    OPTIMIZER_STATE_BYTES,
+    GRAD_BYTES,
     OPTIMIZER_TEMP_BYTES,
     gradient_bytes,
     layer_activation_terms,
     logits_bytes,
     optimizer_bytes,
+    optimizer_layout_bytes,
     weight_bytes,
 )
 from dse.cost.network import (
@@ -615,8 +616,10 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     weights = weight_bytes(weight_stage_bytes / 2.0, dpc, zero)  # memory.weight_bytes counts 2 bytes each
     if any_stream:
         weights = pick(off_all, 2.0 * (weight_stage_bytes / lpm), weights)  # offloaded: two layers on the GPU
-    grads = tw * gradient_bytes(p_train, dpc, zero)
-    optim = optimizer_bytes(p_train, dpc, zero, pick(adam16, tw * OPTIMIZER_STATE_BYTES[1], OPTIMIZER_STATE_BYTES[0]))
+    # fp32 LoRA adapters (tw = 2) have fp32 gradients whatever the layout; 16-bit-state Adam keeps their dtype
+    grad_per_param, state_per_param = optimizer_layout_bytes(x["optimizer"])
+    grads = tw * gradient_bytes(p_train, dpc, zero, np.maximum(grad_per_param / tw, GRAD_BYTES))
+    optim = optimizer_bytes(p_train, dpc, zero, pick(adam16, tw * state_per_param, state_per_param))
     if any_offload:
         optim = (1.0 - off_opt) * optim
     buffers = K.RUNTIME_RESERVED_BYTES + z3 * (2.0 * 2.0 * p_layer)  # ZeRO-3 prefetches two layers
