@@ -470,9 +470,31 @@ def _write_failure(targets: Sequence[tuple[str, str]], exc: OSError) -> str:
 def cmd_models(args: argparse.Namespace) -> int:
     from dse.models.catalog import models
 
+    if getattr(args, "action", None) == "import":
+        return _models_import(args)
     cols = ["layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts", "top_k",
             "params_published_b"]
     print(models()[cols].to_string())
+    return 0
+
+
+def _models_import(args: argparse.Namespace) -> int:
+    """``dse models import config.json``: the catalog row (CSV header and row) of a Hugging Face config."""
+    import csv
+
+    from dse.models.catalog import models
+    from dse.models.hf import ConfigError, hf_to_model, read_config
+
+    try:
+        model = hf_to_model(read_config(args.config), args.config)
+    except ConfigError as exc:
+        raise InputError(str(exc)) from exc
+    name = args.name or Path(args.config).stem.lower()
+    row = {"name": name, **model, "source": f"Hugging Face config {args.config} (dse models import)"}
+    header = [c for c in models().columns if c not in ("mlp_code", "attention_kind_code")]
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerow([row.get(c, "") for c in header])
     return 0
 
 
@@ -574,8 +596,12 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--system", help="system of the tp x pp heatmap and the roofline (default: chosen)")
     pl.set_defaults(func=cmd_plot)
 
-    mo = sub.add_parser("models", help="list the model catalog")
-    mo.set_defaults(func=cmd_models)
+    mo = sub.add_parser("models", help="list the model catalog, or import a Hugging Face config.json")
+    mo.set_defaults(func=cmd_models, action=None)
+    mo_sub = mo.add_subparsers(dest="action")
+    mi = mo_sub.add_parser("import", help="print the catalog row (CSV) of a Hugging Face config.json")
+    mi.add_argument("config", help="path of a config.json")
+    mi.add_argument("--name", help="catalog name of the row (default: the file's stem)")
     sy = sub.add_parser("systems", help="list the GPU system catalog")
     sy.set_defaults(func=cmd_systems)
     return parser

@@ -454,6 +454,9 @@ def _custom_models(path: str, raw: object) -> dict[str, dict[str, object]]:
             raise _err(path, key, name, "a name that is not already in the catalog (see `dse models`)")
         if not isinstance(dims, Mapping):
             raise _err(path, key, dims, "a mapping with keys " + ", ".join(MODEL_KEYS))
+        if "hf_config" in dims:  # a Hugging Face config.json (dse.models.hf); keys beside it override its values
+            dims = {**_hf_dims(path, f"{key}.hf_config", dims["hf_config"]),
+                    **{k: v for k, v in dims.items() if k != "hf_config"}}
         unknown = set(dims) - set(MODEL_KEYS)
         if unknown:
             raise SpecError(f"{path}: {key}: key {sorted(unknown)[0]!r} is not allowed; allowed keys: "
@@ -488,6 +491,20 @@ def _custom_models(path: str, raw: object) -> dict[str, dict[str, object]]:
             raise _err(path, f"{key}.top_k", model.get("top_k"), "at most experts")
         out[name] = model
     return out
+
+
+def _hf_dims(path: str, key: str, raw: object) -> dict[str, object]:
+    """The model keys of a Hugging Face config named in a spec (relative to the spec's directory)."""
+    from dse.models.hf import ConfigError, hf_to_model, read_config
+
+    if not isinstance(raw, str) or not raw.strip():
+        raise _err(path, key, raw, "the path of a Hugging Face config.json")
+    file = Path(raw) if Path(raw).is_absolute() else Path(path).parent / raw
+    try:
+        model = hf_to_model(read_config(file), str(file))
+    except ConfigError as exc:
+        raise SpecError(f"{path}: {key}: {exc}") from exc
+    return {k: v for k, v in model.items() if k in MODEL_KEYS}
 
 
 def _check_architecture(path: str, key: str, model: Mapping[str, object]) -> None:

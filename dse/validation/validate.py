@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dse.cost.architecture import ARCHITECTURE_COLUMNS
 from dse.frame import (
     OPTIONAL_KNOBS,
     InputError,
@@ -41,7 +42,7 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
     "source",
 )
 OPTIONAL_COLUMNS: tuple[str, ...] = ("finetune", "lora_rank", "kv_precision", "max_num_tokens", "request_rate",
-                                     "stack", "concurrency", "attention", "offload")
+                                     "stack", "concurrency", "attention", "offload", *ARCHITECTURE_COLUMNS, "etp")
 #: Internal columns :func:`read_cases` adds: the stack a row named when it was predicted with the nearest documented
 #: one, and why a row is skipped before it is predicted (a stack of no known project).
 STACK_GIVEN, SKIP_REASON = "_stack_given", "_skip_reason"

@@ -1,0 +1,87 @@
+"""Today's models (issue 23): Hugging Face configs read into the catalog's columns, and bad model input."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from dse.cli import main
+from dse.models.catalog import models
+from dse.models.hf import ConfigError, hf_to_model, read_config
+from tests.conftest import REPO
+
+CONFIGS = sorted((REPO / "tests" / "hf_configs").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_imported_config_equals_the_catalog_row(path):
+    """The published config.json (tests/hf_configs, sources in SOURCES.md) and the hand-written catalog row agree
+    on every column the importer sets: two independent transcriptions of the same model."""
+    got = hf_to_model(read_config(path), str(path))
+    row = models().loc[path.stem]
+    for key, value in got.items():
+        if key == "max_seq_len":
+            continue
+        want = row[key]
+        if key == "moe_ffn_hidden" and (want is None or (isinstance(want, float) and math.isnan(want))):
+            want = row["ffn_hidden"]  # empty = ffn_hidden
+        if key in ("mlp", "attention_kind"):
+            assert str(want) == str(value), key
+        else:
+            assert float(want) == float(value), (path.stem, key, value, want)
+
+
+def test_unknown_model_type_and_unmodelled_layer_types_are_refused(tmp_path):
+    jamba = tmp_path / "config.json"
+    jamba.write_text(json.dumps({"model_type": "jamba", "hidden_size": 4096}))
+    with pytest.raises(ConfigError, match="model_type.*'jamba'.*allowed: llama"):
+        hf_to_model(read_config(jamba), str(jamba))
+    hybrid = {**json.loads((REPO / "tests/hf_configs/gpt-oss-20b.json").read_text()),
+              "layer_types": ["linear_attention", "full_attention"] * 12}
+    with pytest.raises(ConfigError, match="layer_types.*linear_attention"):
+        hf_to_model(hybrid)
+    unknown = {**json.loads((REPO / "tests/hf_configs/qwen3-32b.json").read_text()), "mamba_d_state": 16}
+    with pytest.raises(ConfigError, match="'mamba_d_state'.*not known"):
+        hf_to_model(unknown)
+
+
+def test_models_import_cli_prints_a_row_and_exits_2_on_bad_input(tmp_path, capsys):
+    assert main(["models", "import", str(REPO / "tests/hf_configs/deepseek-v3.json")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    header, row = out[0].split(","), out[1].split(",")
+    cells = dict(zip(header, row, strict=True))
+    assert cells["attention_kind"] == "mla" and cells["kv_lora_rank"] == "512" and cells["dense_layers"] == "3"
+    bad = tmp_path / "c.json"
+    bad.write_text(json.dumps({"model_type": "rwkv"}))
+    assert main(["models", "import", str(bad)]) == 2
+    assert "model_type" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("extra", "column", "allowed"), [
+    ({"kv_lora_rank": 512}, "kv_lora_rank", "unless attention_kind is mla"),
+    ({"shared_experts": 1}, "shared_experts", "unless the model has experts"),
+    ({"sliding_window": 0}, "sliding_window", "allowed"),
+    ({"attention_kind": "mla"}, "kv_lora_rank", "attention_kind mla needs"),
+])
+def test_bad_architecture_cells_name_the_column(extra, column, allowed):
+    import pandas as pd
+
+    from dse.frame import InputError, evaluate
+
+    row = {"task": "train", "model": "x", "layers": 4, "hidden": 1024, "heads": 8, "vocab": 32000,
+           "system": "h100-sxm-80gb", "gpus": 8, "tp": 1, "global_batch": 8, "seq_len": 1024, **extra}
+    with pytest.raises(InputError, match=f"'{column}'.*{allowed}"):
+        evaluate(pd.DataFrame([row]))
+
+
+def test_etp_that_does_not_tile_the_stage_is_a_reason_not_an_exception():
+    import pandas as pd
+
+    from dse.frame import evaluate
+
+    row = {"task": "train", "model": "qwen3-30b-a3b", "system": "h100-sxm-80gb", "gpus": 8, "tp": 1, "ep": 8,
+           "etp": 2, "global_batch": 64, "seq_len": 4096}
+    out = evaluate(pd.DataFrame([row]))
+    assert out["infeasible_reason"].iloc[0] == "(tp*cp*dp) % (ep*etp) != 0"
