@@ -92,6 +92,8 @@ def windowed_span(span: Array, window: Array, full_fraction: Array, chunk: Array
     """Keys per query averaged over the layers, before the causal halving: span on full layers,
     min(window, span) on windowed ones, twice :func:`chunk_keys` on chunked ones (the MFU numerator's 4·s·h per
     layer with s → this)."""
+    if not np.any(full_fraction < 1.0):
+        return span + 0.0 * full_fraction
     w = np.where(window > 0, np.minimum(window, span), np.where(chunk > 0, 2.0 * chunk_keys(span, chunk), span))
     return full_fraction * span + (1.0 - full_fraction) * w
 
@@ -103,10 +105,13 @@ def causal_keys(span: Array, window: Array, full_fraction: Array, causal_fractio
     Full layers: causal_fraction·span (the upper triangle skipped).  A window w < span: query i sees
     min(i, w) keys, sum over i = s·w − w²/2, so w·(1 − w/(2s)) per query (Beltagy et al. 2020, Longformer §3:
     sliding-window attention is O(s·w)).  Chunked layers: :func:`chunk_keys`."""
+    full = causal_fraction * span
+    if not np.any(full_fraction < 1.0):
+        return full + 0.0 * full_fraction
     w = np.where(window > 0, np.minimum(window, span), span)
     windowed = np.where(window > 0, w * (1.0 - w / (2.0 * span)),
-                        np.where(chunk > 0, chunk_keys(span, chunk), causal_fraction * span))
-    return full_fraction * causal_fraction * span + (1.0 - full_fraction) * windowed
+                        np.where(chunk > 0, chunk_keys(span, chunk), full))
+    return full_fraction * full + (1.0 - full_fraction) * windowed
 
 
 def layer_record(x: dict[str, Array]) -> dict[str, Array]:
@@ -134,40 +139,56 @@ def layer_record(x: dict[str, Array]) -> dict[str, Array]:
     """
     h, a, g = x["hidden"], x["heads"], x["kv_heads"]
     L, E, f = x["layers"], x["experts"], x["ffn_hidden"]
-    mla = mla_mask(x)
     d = np.where(x["head_dim"] > 0, x["head_dim"], h / a)
-    nope, rope = x["qk_nope_dim"], x["qk_rope_dim"]
-    v_dim = np.where(x["v_head_dim"] > 0, x["v_head_dim"], d)
-    q_lora, kv_lora = x["q_lora_rank"], x["kv_lora_rank"]
-    d_qk = d + mla * (nope + rope - d)
-    d_v = v_dim + 0.0 * d
-    direct_q = (q_lora <= 0).astype(np.asarray(d).dtype)
-    gqa_in = a * d + 2.0 * g * d
-    attn_in = gqa_in + mla * (direct_q * a * d_qk - gqa_in)
-    attn_rep = mla * (q_lora + kv_lora + rope)
-    up_params = mla * ((1.0 - direct_q) * q_lora * a * (nope + rope) + kv_lora * a * (nope + d_v))
-    up_in = mla * (q_lora + kv_lora)
-    up_out = mla * ((1.0 - direct_q) * a * (nope + rope) + a * (nope + d_v))
-    o_width = a * d_v
-    kv_train = 2.0 * g * d + mla * (a * d_qk + a * d_v - 2.0 * g * d)
-    kv_cache = 2.0 * g * d + mla * (kv_lora + rope - 2.0 * g * d)
+    gqa_kv = 2.0 * g * d
     n_mlp = 2.0 + mask(x["mlp"] == codes.MLP_SWIGLU, x["mlp"])
     f_moe = np.where(x["moe_ffn_hidden"] > 0, x["moe_ffn_hidden"], f)
     moe_frac = moe_layer_count(L, E, x["dense_layers"], x["moe_every"]) / L
     ffn_shared = x["shared_experts"] * f_moe
-    ffn_dense = (1.0 - moe_frac) * f + moe_frac * ffn_shared
-    return {
-        "head_dim": d, "d_qk": d_qk, "d_v": d_v, "q_width": a * d_qk, "o_width": o_width,
-        "core": a * (d_qk + d_v) / 2.0, "attn_in": attn_in, "attn_rep": attn_rep, "up_params": up_params,
-        "up_in": up_in, "up_out": up_out, "kv_train": kv_train, "kv_cache": kv_cache,
-        "kv_read_heads": g + mla * (1.0 - g),
-        "attn_params": h * (attn_in + attn_rep) + up_params + o_width * h,
-        "n_mlp": n_mlp, "moe_frac": moe_frac, "ffn_dense": ffn_dense, "ffn_moe": f_moe,
-        "ffn_shared": ffn_shared, "ffn_first": f + 0.0 * ffn_shared,
-        "expert_params": n_mlp * h * f_moe,
+    zero = 0.0 * d
+    rec = {
+        "head_dim": d, "d_qk": d, "d_v": d, "q_width": a * d, "o_width": a * d, "core": a * d,
+        "attn_in": a * d + gqa_kv, "attn_rep": zero, "up_params": zero, "up_in": zero, "up_out": zero,
+        "kv_train": gqa_kv, "kv_cache": gqa_kv, "kv_read_heads": g + zero,
+        "n_mlp": n_mlp, "moe_frac": moe_frac, "ffn_dense": (1.0 - moe_frac) * f + moe_frac * ffn_shared,
+        "ffn_moe": f_moe, "ffn_shared": ffn_shared, "ffn_first": f + zero, "expert_params": n_mlp * h * f_moe,
         "full_frac": full_attention_fraction(L, np.maximum(x["sliding_window"], x["attention_chunk"]),
                                              x["global_every"]),
         "window": x["sliding_window"], "chunk": x["attention_chunk"],
+    }
+    mla = x["attention_kind"] == codes.ATTENTION_KIND_MLA
+    if np.any(mla):  # MLA's widths on its rows only (a sweep mixes models)
+        if np.ndim(mla) == 0:
+            rec.update(_mla_widths(x))
+        else:
+            idx = np.flatnonzero(mla)
+            sub = {k: (v[idx] if np.ndim(v) else v) for k, v in x.items() if k in _MLA_INPUTS}
+            for k, v in _mla_widths(sub).items():
+                full = np.array(np.broadcast_to(rec[k], np.shape(mla)), dtype=np.result_type(rec[k], v))
+                full[idx] = v
+                rec[k] = full
+    rec["attn_params"] = h * (rec["attn_in"] + rec["attn_rep"]) + rec["up_params"] + rec["o_width"] * h
+    return rec
+
+
+_MLA_INPUTS = ("hidden", "heads", "kv_lora_rank", "q_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_head_dim")
+
+
+def _mla_widths(x: dict[str, Array]) -> dict[str, Array]:
+    """The widths of :func:`layer_record` that multi-head latent attention sets (DeepSeek-V2 §2.1; Megatron-core
+    MLASelfAttention): queries of head dim nope + rope, from the q_lora latent (or from h when q_lora_rank is
+    empty), keys and values up-projected from the kv_lora latent, the latent and the shared rope key cached."""
+    a = x["heads"]
+    nope, rope, v = x["qk_nope_dim"], x["qk_rope_dim"], x["v_head_dim"]
+    q_lora, kv_lora = x["q_lora_rank"], x["kv_lora_rank"]
+    d_qk = nope + rope
+    latent_q = (q_lora > 0).astype(np.asarray(d_qk).dtype)
+    return {
+        "d_qk": d_qk, "d_v": v, "q_width": a * d_qk, "o_width": a * v, "core": a * (d_qk + v) / 2.0,
+        "attn_in": (1.0 - latent_q) * a * d_qk, "attn_rep": q_lora + kv_lora + rope,
+        "up_params": latent_q * q_lora * a * d_qk + kv_lora * a * (nope + v), "up_in": q_lora + kv_lora,
+        "up_out": latent_q * a * d_qk + a * (nope + v), "kv_train": a * d_qk + a * v, "kv_cache": kv_lora + rope,
+        "kv_read_heads": 1.0 + 0.0 * a,
     }
 
 

@@ -42,3 +42,16 @@ def divides(divisor: Array, value: Array) -> Array:
     integer while its rounding error is at most q·2^-24 = value/(divisor·2^24) < 1/divisor."""
     q = value / divisor
     return q == np.floor(q)
+
+
+def on_rows(rows: Array, term: Any, like: Array) -> Array:
+    """A term that is 0 outside ``rows`` (a boolean mask), computed on those rows only and scattered into zeros
+    shaped as ``like``: a sweep mixes models, and the terms of one architecture (routed experts, MLA) need not
+    run on the others.  ``term(sub)`` gets ``sub``, which takes the rows of an array and passes scalars."""
+    idx = np.flatnonzero(rows)
+    if idx.size == rows.size:
+        return term(lambda a: a)
+    out = np.zeros_like(like)
+    if idx.size:
+        out[idx] = term(lambda a: a[idx] if np.ndim(a) else a)
+    return out

@@ -86,7 +86,7 @@ from dse.cost.pipeline import (
     pipeline_time,
     stage_layers_split,
 )
-from dse.cost.select import INT_DOMAIN_MAX, divides, mask, pick
+from dse.cost.select import INT_DOMAIN_MAX, divides, mask, on_rows, pick
 from dse.cost.transformer import model_flops_per_token, recompute_flops_per_token
 from dse.hardware.catalog import HARDWARE_COLUMNS
 
@@ -283,11 +283,24 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     shapes = layer_gemms(T, h, rec, t, et, kk, ob, E / e)
     n_qkv = shapes[0][1]
     gemm_fwd = 0.0
-    for gm, gn, gk, w, share in shapes if any_moe else shapes[:4]:
+    for gm, gn, gk, w, share in shapes[:4]:
         gemm_fwd = gemm_fwd + share * roofline_time(gemm_flops(gm, gn, gk), gemm_bytes(gm, gn, gk, ob, w, 2.0),
                                                     mm_rate, mem_rate)
+    # the routed experts and MLA's up projections, computed on the rows that have them (a sweep mixes models)
+    if any_moe:
+        def routed(sub: Any) -> Array:
+            out = 0.0
+            for gm, gn, gk, w, share in shapes[4:]:
+                out = out + sub(share) * roofline_time(gemm_flops(sub(gm), sub(gn), sub(gk)),
+                                                       gemm_bytes(sub(gm), sub(gn), sub(gk), sub(ob), sub(w), 2.0),
+                                                       sub(mm_rate), sub(mem_rate))
+            return out
+        gemm_fwd = gemm_fwd + on_rows(phi > 0, routed, T)
     if any_mla:
-        gemm_fwd = gemm_fwd + roofline_time(*mla_up_projection(T, rec, t, ob), mm_rate, mem_rate)
+        def up(sub: Any) -> Array:
+            flops, moved = mla_up_projection(sub(T), {k: sub(v) for k, v in rec.items()}, sub(t), sub(ob))
+            return roofline_time(flops, moved, sub(mm_rate), sub(mem_rate))
+        gemm_fwd = gemm_fwd + on_rows(mla_mask(x) > 0, up, T)
     gemm_fwd = gemm_fwd + phi * gemm_flops(T, E, h) / rate16  # router
     # ---- parameters of the mean layer held per GPU -------------------------------------------------------
     p_attn = (h * rec["attn_in"] + rec["up_params"] + rec["o_width"] * h) / t + h * rec["attn_rep"]
