@@ -506,6 +506,8 @@ def random_serve_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], 
     x["concurrency"] = np.where(closed, pow2(8), np.nan)
     x["cuda_graphs"] = rng.integers(0, 2, n).astype(np.float64)
     x["kv_reservation"] = rng.integers(0, 2, n).astype(np.float64)
+    # wide expert parallelism on a third of the mixture-of-experts rows (drawn last: the other draws unchanged)
+    x["ep"] = np.where((x["experts"] > 1) & (rng.random(n) < 1.0 / 3.0), x["tp"] * x["dp"], 1.0)
     assert set(x) == set(SERVE_INPUTS)
     return x, rng.integers(0, len(hwcat.system_names()), n)
 

@@ -138,6 +138,7 @@ REASONS: tuple[str, ...] = (
     "host_memory_exceeded",
     "(tp*cp*dp) % (ep*etp) != 0",
     "moe_ffn_hidden % etp != 0",
+    "(tp*dp) % ep != 0",
 )
 REASON_CODE: dict[str, int] = {r: i for i, r in enumerate(REASONS)}
 

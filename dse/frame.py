@@ -517,6 +517,8 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
         raise InputError(f"{_where(source, frame, pos)}, columns 'concurrency' and 'request_rate': both given; "
                          "allowed: one of them (concurrency: clients of a closed loop; request_rate: an open "
                          "stream of requests/s), or neither for maximum load")
+    ep = _integers(frame, "ep", source)  # wide expert parallelism (empty or 1: experts split by tp)
+    x["ep"] = np.where(np.isnan(ep), 1.0, ep)
     x["prefill_gpus"] = _integers(frame, "prefill_gpus", source)
     x["prefill_tp"] = _integers(frame, "prefill_tp", source)
     # a disaggregated deployment's GPUs: the prefill pool's and the decode pool's (tp·pp·dp)

@@ -85,3 +85,36 @@ def test_etp_that_does_not_tile_the_stage_is_a_reason_not_an_exception():
            "etp": 2, "global_batch": 64, "seq_len": 4096}
     out = evaluate(pd.DataFrame([row]))
     assert out["infeasible_reason"].iloc[0] == "(tp*cp*dp) % (ep*etp) != 0"
+
+
+def _serve_row(**kw):
+    row = {"task": "serve", "model": "deepseek-v3", "system": "b200", "tp": 1, "dp": 4, "input_len": 1024,
+           "output_len": 1024, "precision": "fp4", "concurrency": 64}
+    row.update(kw)
+    return row
+
+
+def test_wide_expert_parallelism_splits_the_experts_over_ep_gpus():
+    """Serving with attention-DP + EP (TensorRT-LLM's DEP4): each of the 4 GPUs holds 1/4 of the routed
+    experts.  The weights it drops against ep = 1 are 3/4 of the routed experts: 58 MoE layers x 256 experts x
+    3 x 7168 x 2048 parameters (DeepSeek-V3's config.json: 61 layers, first_k_dense_replace 3,
+    n_routed_experts 256, moe_intermediate_size 2048), at 0.5 byte (fp4)."""
+    import pandas as pd
+
+    from dse.frame import evaluate
+
+    out = evaluate(pd.DataFrame([_serve_row(ep=4), _serve_row(ep=1)]))
+    routed = 58 * 256 * 3 * 7168 * 2048
+    drop = out["weights_bytes"].iloc[1] - out["weights_bytes"].iloc[0]
+    assert drop == pytest.approx(0.75 * routed * 0.5, rel=1e-6)
+    assert out["infeasible_reason"].iloc[1] == "exceeds_hbm"  # 671B in fp4 on one B200: no
+    assert out["fits"].iloc[0]
+
+
+def test_expert_parallel_group_must_tile_the_replicas():
+    import pandas as pd
+
+    from dse.frame import evaluate
+
+    out = evaluate(pd.DataFrame([_serve_row(ep=8)]))
+    assert out["infeasible_reason"].iloc[0] == "(tp*dp) % ep != 0"

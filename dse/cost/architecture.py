@@ -313,12 +313,15 @@ def decode_head_dims(x: dict[str, Array], r: dict[str, Array]) -> Array:
     return gqa + mla_mask(x) * (2.0 * x["kv_lora_rank"] + x["qk_rope_dim"] - gqa)
 
 
-def infer_layer_params(r: dict[str, Array], hidden: Array, experts: Array, tp: Array) -> Array:
-    """Parameters of the mean layer on one GPU of an inference replica (every weight split by tp, experts too;
-    MLA's down projections whole on every rank)."""
+def infer_layer_params(r: dict[str, Array], hidden: Array, experts: Array, tp: Array,
+                       expert_split: Array | None = None) -> Array:
+    """Parameters of the mean layer on one GPU of an inference replica (every weight split by tp; the routed
+    experts by ``expert_split``: tp, or the ep GPUs of wide expert parallelism; MLA's down projections whole on
+    every rank)."""
     h = hidden
+    split = tp if expert_split is None else expert_split
     return ((h * r["attn_in"] + r["up_params"] + r["o_width"] * h + r["n_mlp"] * h * r["ffn_dense"]) / tp
-            + h * r["attn_rep"] + r["moe_frac"] * (experts * r["expert_params"] / tp + h * experts))
+            + h * r["attn_rep"] + r["moe_frac"] * (experts * r["expert_params"] / split + h * experts))
 
 
 def model_input(inputs: Any, key: str) -> Any:
@@ -328,3 +331,4 @@ def model_input(inputs: Any, key: str) -> Any:
     if key in ARCHITECTURE_COLUMNS or key == "etp":
         return 0.0
     raise KeyError(key)
+

@@ -65,7 +65,7 @@ from dse.cost.inference import (
     kv_bytes_per_value,
     layer_gemm_terms,
 )
-from dse.cost.network import allreduce_terms, group_links, p2p_link, spans_domains
+from dse.cost.network import allreduce_terms, alltoall_time, group_links, p2p_link, spans_domains
 from dse.cost.select import mask, pick
 from dse.hardware.catalog import HARDWARE_COLUMNS
 
@@ -73,7 +73,7 @@ Array = Any
 
 SERVE_INPUTS: tuple[str, ...] = (*INFER_INPUTS, "max_num_tokens", "request_rate", "kv_memory_fraction",
                                  "kv_block_tokens", "decode_kv_reads", "prefill_gpus", "prefill_tp", "concurrency",
-                                 "cuda_graphs", "kv_reservation")
+                                 "cuda_graphs", "kv_reservation", "ep")
 SERVE_METRICS: tuple[str, ...] = (
     "output_tokens_per_s", "output_tokens_per_s_per_gpu", "requests_per_s", "ttft_s", "tpot_s",
     "tokens_per_s_per_user", "running_requests", "queue_wait_s", "kv_cache_utilization", "iteration_ms",
@@ -117,6 +117,12 @@ def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object],
         bad_pool = disagg & ((x["prefill_gpus"] < 1) | (np.fmod(x["prefill_gpus"], tp_p) != 0)
                              | (np.fmod(x["heads"], tp_p) != 0))
         reason = np.where((reason == 0) & bad_pool, codes.REASON_CODE["prefill pool does not divide"], reason)
+        # wide expert parallelism: whole experts on each of ep GPUs that tile the replicas' tp·dp GPUs
+        ep = x["ep"]
+        reason = np.where((reason == 0) & (ep > 1) & (np.fmod(x["experts"], ep) != 0),
+                          codes.REASON_CODE["experts % ep != 0"], reason)
+        reason = np.where((reason == 0) & (ep > 1) & (np.fmod(x["tp"] * x["dp"], ep) != 0),
+                          codes.REASON_CODE["(tp*dp) % ep != 0"], reason)
         ok = reason == 0
         # only the rows that divide are served: aggregated and disaggregated ones gathered apart, scattered back
         n = ok.shape[0]
@@ -172,6 +178,7 @@ def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array) ->
     kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
     mem = x["memory_rate"]
     per_token, attn_weights, ffn_weights = layer_gemm_terms(x, rec, rate, act, wb)
+    ep_on, ep_scale, ep_share, ep_group, ep_token, ep_pass = expert_parallel_terms(x, rec, act)
     ctx = s_in + 0.5 * s_out
     # decode attention: FlashAttention-style, or TensorRT-LLM <= 0.10's issue-bound kernels (decode_kv_reads)
     decode_attention, kv_read = decode_attention_time(ctx, x, kvh, kv_b, rec)  # per decode token; KV it reads
@@ -188,6 +195,7 @@ def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array) ->
         "layers_per_stage": x["layers"] / p, "input_len": s_in, "decode_len": s_out - 1.0,
         "gemm_token": per_token, "gemm_weights": attn_weights + ffn_weights, "ffn_weights": ffn_weights,
         "moe": moe, "any_moe": bool(moe.any()), "experts": x["experts"], "top_k": x["top_k"],
+        "ep_scale": ep_scale, "ep_share": ep_share, "ep_group": ep_group, "ep_token": ep_token, "ep_pass": ep_pass,
         "prefill_attention": 4.0 * s_in * causal_keys(s_in, rec["window"], rec["full_frac"], K.CAUSAL_FRACTION,
                                                       rec["chunk"]) * rec["core"] / t / x["attention_rate"],
         "decode_attention": decode_attention,
@@ -214,8 +222,11 @@ def _iteration(c: dict[str, Array], X: Array, parts: dict[str, Array] | None = N
     D = (X if X_dec is None else X_dec) * c["decode_len"]  # decode tokens
     M = X * c["input_len"] + D  # prompt + decode tokens
     gemm = c["gemm_token"] * M + c["gemm_weights"]
-    if c["any_moe"]:  # the experts the tokens visit: E·(1 − (1 − k/E)^M) of them (inference.experts_visited)
-        gemm = gemm + c["moe"] * c["ffn_weights"] * (experts_visited(c["experts"], c["top_k"], M) - 1.0)
+    if c["any_moe"]:  # the experts the tokens visit: E·(1 − (1 − k/E)^M) of them (inference.experts_visited);
+        # with expert parallelism the GPU's E/ep whole experts, visited by the tokens of its ep/tp replicas
+        visited = c["ep_share"] * experts_visited(c["experts"], c["top_k"], M * c["ep_group"])
+        gemm = gemm + c["moe"] * c["ffn_weights"] * (c["ep_scale"] * visited - 1.0)
+        gemm = gemm + c["ep_token"] * M + c["ep_pass"]  # dispatch and combine all-to-alls
     attn_pre = c["prefill_attention"] * X
     attn_dec = c["decode_attention"] * D
     ew = c["elementwise"] * M
@@ -231,6 +242,27 @@ def _iteration(c: dict[str, Array], X: Array, parts: dict[str, Array] | None = N
                       "iter_tp_comm_ms": n * tp, "iter_overhead_ms": n * c["overhead"],
                       "iter_logits_ms": logits * 1e3, "iter_pp_comm_ms": p2p * 1e3})
     return t_stage, c["compute_token"] * M, c["traffic_pass"] + c["kv_read_token"] * D
+
+
+def expert_parallel_terms(x: dict[str, Array], rec: dict[str, Array], act: Array
+                          ) -> tuple[Array, Array, Array, Array, Array, Array]:
+    """Wide expert parallelism in serving (TensorRT-LLM's attention-DP + EP "DEP", SGLang's large-scale EP,
+    DeepSeek-V3 §3.4): ``ep`` GPUs share the routed experts, each holding E/ep whole experts, while attention
+    runs per replica (tp GPUs each), so an EP group spans ep/tp replicas.  Per MoE layer and token, a dispatch
+    and a combine all-to-all move k·h values (``act`` bytes; network.alltoall_time over the group).  The GPU's
+    experts are visited by the tokens of its ep/tp replicas: E/ep·(1 − (1 − k/E)^(M·ep/tp)) of them stream
+    their weights.  ep = 1: the experts split by tp as before (every term 0 or 1).
+
+    Returns (on, scale of one expert's weights against the tp split, share of the experts on the GPU, replicas
+    per group, seconds per token, seconds per pass)."""
+    t, ep = x["tp"], x["ep"]
+    on = mask(ep > 1, t)
+    k = x["top_k"]
+    per_byte = alltoall_time(1.0, t * 0.0 + 1.0, ep, x) - alltoall_time(0.0, t * 0.0 + 1.0, ep, x)
+    latency = alltoall_time(0.0, t * 0.0 + 1.0, ep, x)
+    moe = rec["moe_frac"] * on
+    token = moe * 2.0 * k * x["hidden"] * act * per_byte / t  # a replica's tokens split over its tp ranks
+    return (on, pick(on, t, 1.0), pick(on, 1.0 / ep, 1.0), pick(on, ep / t, 1.0), token, moe * 2.0 * latency)
 
 
 def _fixed_point(t_of: Any, lam: Array, cap: Array, affine: bool = False) -> Array:
@@ -280,7 +312,7 @@ def _kv_capacity(x: dict[str, Array], budget: Array) -> dict[str, Array]:
     kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
     frac = np.where(np.isnan(x["kv_memory_fraction"]), DEFAULT_KV_MEMORY_FRACTION, x["kv_memory_fraction"])
     block = np.where(np.isnan(x["kv_block_tokens"]), DEFAULT_KV_BLOCK_TOKENS, x["kv_block_tokens"])
-    p_layer = infer_layer_params(rec, h, E, t)
+    p_layer = infer_layer_params(rec, h, E, t, expert_split=np.where(x["ep"] > 1, x["ep"], t))
     untied = mask(x["tied_embeddings"] <= 0, p)
     single = mask(p <= 1, p)
     weights = L / p * p_layer * wb + V * h / t * 2.0 * (1.0 + single * untied)
