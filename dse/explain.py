@@ -24,6 +24,7 @@ TIME_LABELS = {
     "time_tp_comm_s": "tensor-parallel comm (exposed)",
     "time_cp_comm_s": "context-parallel comm (exposed)",
     "time_ep_comm_s": "expert-parallel all-to-all (exposed)",
+    "time_host_s": "MoE layers' host work (per-expert launches)",
     "time_pp_comm_s": "pipeline send/recv (exposed)",
     "time_bubble_s": "pipeline bubble",
     "time_dp_comm_s": "data-parallel sync (exposed)",
@@ -38,6 +39,7 @@ LAYER_LABELS = {
     "layer_tp_comm_ms": "TP comm (exposed)",
     "layer_cp_comm_ms": "CP comm (exposed)",
     "layer_ep_comm_ms": "EP all-to-all (exposed)",
+    "layer_host_ms": "MoE host work (per-expert launches)",
 }
 MEMORY_LABELS = {
     "mem_weights_bytes": "weights",

@@ -45,3 +45,17 @@ def test_nelder_mead_finds_a_known_minimum():
     best = nelder_mead(lambda x: float(np.sum((np.log(x) - np.log(target)) ** 2)), np.array([0.5, 0.5, 0.5]),
                        tol=1e-14, max_iter=2000)
     np.testing.assert_allclose(best, target, rtol=1e-4)
+
+
+def test_moe_host_constant_is_the_fit_optimum():
+    """MOE_HOST_S_PER_LOCAL_EXPERT is the least-squares optimum on the Megatron-Bridge MoE runs kept in
+    tests/cases (their sources in the file): moving it by ±2 % does not lower the objective."""
+    from dse.validation.fit import MOE_FILES, MOE_PARAMETERS
+    from tests.conftest import REPO
+
+    files = [REPO / "tests" / "cases" / f for f in MOE_FILES]
+    objective = log_error_objective(files, load_assumptions(default_assumptions_path()), MOE_PARAMETERS)
+    x0 = np.array([shipped_value(g, c) for g, c in MOE_PARAMETERS])
+    f0 = objective(x0)
+    for factor in (0.98, 1.02):
+        assert objective(x0 * factor) >= f0 * (1 - 1e-3)

@@ -117,3 +117,13 @@ EAGER_BMM_EFFICIENCY = 128.5e9 / (6.53e-3 * 312e12)
 #: parameter r2 r2 r2 w2 (40), plus the trainer's gradient clipping (``clip_grad_norm_``: the norm r2, the scaling
 #: r2 w2; 6).
 ADAM_16BIT_BYTES_PER_PARAM = 46.0
+
+#: Host time per local routed expert, MoE layer and micro-batch (forward + backward) of Megatron-core with
+#: Transformer Engine: the dropless dispatcher's device-to-host sync of the tokens per expert, then TE's
+#: GroupedLinear launching each local expert's GEMMs, casts and transposes one by one (the CPU's launches,
+#: not the GPU, pace the layer when experts are many and small).  FITTED (python -m dse.validation.fit, group
+#: "moe") on tests/cases/megatron_bridge_moe_train.csv (Megatron-Bridge performance summary 25.09-26.02, 38 runs);
+#: checked on the held-out 2026 releases (megatron_bridge_moe_train_2026.csv).  The evidence that it is fixed per
+#: micro-batch: Qwen3-30B-A3B on 8 B200 runs 9,691 tokens/s/GPU at micro-batch 1 and 26,695 at 4 (26.02,
+#: 26.02.01): 8.8 ms then 12.8 ms per layer and micro-batch, a fixed 7.5 ms for its 16 local experts (0.47 ms each).
+MOE_HOST_S_PER_LOCAL_EXPERT = 4.57e-4

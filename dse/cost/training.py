@@ -110,8 +110,8 @@ TRAIN_METRICS: tuple[str, ...] = (
     "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu",
     "layer_time_ms", "layer_fwd_ms", "layer_bwd_ms", "layer_gemm_ms", "layer_attention_ms",
     "layer_elementwise_ms", "layer_recompute_ms", "layer_tp_comm_ms", "layer_cp_comm_ms", "layer_ep_comm_ms",
-    "microbatches",
-    "time_compute_s", "time_recompute_s", "time_tp_comm_s", "time_cp_comm_s", "time_ep_comm_s",
+    "layer_host_ms", "microbatches",
+    "time_compute_s", "time_recompute_s", "time_tp_comm_s", "time_cp_comm_s", "time_ep_comm_s", "time_host_s",
     "time_pp_comm_s", "time_bubble_s", "time_dp_comm_s", "time_optimizer_s", "time_offload_s",
     "params_total", "params_per_gpu", "params_trainable", "energy_per_step_j", "energy_per_token_j",
     "mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes",
@@ -127,14 +127,14 @@ MEMORY_OUTPUTS: tuple[str, ...] = (
 
 #: Components whose sum is ``step_time_s`` exactly.
 TIME_BREAKDOWN: tuple[str, ...] = (
-    "time_compute_s", "time_recompute_s", "time_tp_comm_s", "time_cp_comm_s", "time_ep_comm_s",
+    "time_compute_s", "time_recompute_s", "time_tp_comm_s", "time_cp_comm_s", "time_ep_comm_s", "time_host_s",
     "time_pp_comm_s", "time_bubble_s", "time_dp_comm_s", "time_optimizer_s", "time_offload_s",
 )
 
 #: Components whose sum is ``layer_time_ms`` exactly.
 LAYER_BREAKDOWN: tuple[str, ...] = (
     "layer_gemm_ms", "layer_attention_ms", "layer_elementwise_ms", "layer_recompute_ms", "layer_tp_comm_ms",
-    "layer_cp_comm_ms", "layer_ep_comm_ms",
+    "layer_cp_comm_ms", "layer_ep_comm_ms", "layer_host_ms",
 )
 
 #: Components whose sum is ``mem_total_bytes`` exactly (for the peak stage).
@@ -407,8 +407,16 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     layer_tp = tp_fwd + tp_bwd + full * tp_fwd
     layer_cp = cp_fwd + cp_bwd + full * cp_fwd
     layer_ep = ep_fwd + ep_bwd + full * ep_fwd
+    # ---- the host's work in the MoE layers (Megatron-core with Transformer Engine) ------------------------
+    # The dropless token dispatcher reads the tokens per expert back to the host each layer (a device-to-host
+    # sync), and TE's GroupedLinear runs its experts' GEMMs, casts and transposes expert by expert: the CPU
+    # launches work in proportion to the GPU's local experts, and after the sync the GPU waits for it.  A fixed
+    # time per local expert, MoE layer and micro-batch (forward 1/3, backward 2/3: one GEMM forward, two
+    # backward), fitted on Megatron-Bridge's published MoE runs (constants.MOE_HOST_S_PER_LOCAL_EXPERT).
+    host_fwd = phi * (E / e) * K.MOE_HOST_S_PER_LOCAL_EXPERT / 3.0
+    layer_host = host_fwd * (3.0 + full)  # full recomputation runs the forward again
     layer_compute = fwd_compute + bwd_compute
-    layer_time = layer_compute + recompute + layer_tp + layer_cp + layer_ep
+    layer_time = layer_compute + recompute + layer_tp + layer_cp + layer_ep + layer_host
 
     # ---- stage extras: embedding (first), final norm + logits + loss (last) -----------------------------
     first_extra = K.EMBEDDING_BYTES * T * h / mem_rate
@@ -581,8 +589,9 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
         "mfu": mflops / (gpu_seconds * peak),
         "hfu": hflops / (gpu_seconds * peak),
         "layer_time_ms": layer_time * 1e3,
-        "layer_fwd_ms": (fwd_compute + tp_fwd + cp_fwd + ep_fwd) * 1e3,
-        "layer_bwd_ms": (bwd_compute + recompute + tp_bwd + cp_bwd + ep_bwd + full * (tp_fwd + cp_fwd + ep_fwd))
+        "layer_fwd_ms": (fwd_compute + tp_fwd + cp_fwd + ep_fwd + host_fwd) * 1e3,
+        "layer_bwd_ms": (bwd_compute + recompute + tp_bwd + cp_bwd + ep_bwd + full * (tp_fwd + cp_fwd + ep_fwd)
+                         + layer_host - host_fwd)
         * 1e3,
         "layer_gemm_ms": (gemm_fwd + gemm_bwd) * 1e3,
         "layer_attention_ms": (attn_fwd + attn_bwd) * 1e3,
@@ -591,12 +600,14 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
         "layer_tp_comm_ms": layer_tp * 1e3,
         "layer_cp_comm_ms": layer_cp * 1e3,
         "layer_ep_comm_ms": layer_ep * 1e3,
+        "layer_host_ms": layer_host * 1e3,
         "microbatches": m,
         "time_compute_s": m * (lps * layer_compute + extra_slowest),
         "time_recompute_s": m * lps * recompute,
         "time_tp_comm_s": m * lps * layer_tp,
         "time_cp_comm_s": m * lps * layer_cp,
         "time_ep_comm_s": m * lps * layer_ep,
+        "time_host_s": m * lps * layer_host,
         "time_pp_comm_s": m * pp_exposed,
         "time_bubble_s": bubble,
         "time_dp_comm_s": dp_exposed,

@@ -23,6 +23,7 @@ TIME_NAMES: dict[str, str] = {
     "time_tp_comm_s": "TP comm (exposed)",
     "time_cp_comm_s": "CP comm (exposed)",
     "time_ep_comm_s": "EP all-to-all (exposed)",
+    "time_host_s": "MoE host launches",
     "time_pp_comm_s": "PP send/recv (exposed)",
     "time_bubble_s": "pipeline bubble",
     "time_dp_comm_s": "DP sync (exposed)",

@@ -61,17 +61,22 @@ COMMODITY_PARAMETERS: tuple[tuple[str, str], ...] = (
 GLOBAL_CONSTANTS: dict[str, str] = {"HOST_STAGED_EFFICIENCY": "dse.hardware.catalog",
                                     "EAGER_KERNEL_S": "dse.cost.constants",
                                     "ZERO3_FETCH_OVERHEAD_S": "dse.cost.constants",
-                                    "QLORA_DEQUANT_EFFICIENCY": "dse.cost.constants"}
+                                    "QLORA_DEQUANT_EFFICIENCY": "dse.cost.constants",
+                                    "MOE_HOST_S_PER_LOCAL_EXPERT": "dse.cost.constants"}
 #: The per-layer overhead of a decode pass replayed from a CUDA graph, fitted on the only shared file whose engine
 #: runs under CUDA graphs (NIM 1.8, TensorRT-LLM engine).
 GRAPHS_PARAMETERS: tuple[tuple[str, str], ...] = (("hopper", "layer_overhead_graphs_us"),)
+#: The host time per local expert of Megatron-core's MoE layers, fitted on the Megatron-Bridge MoE runs this
+#: repository keeps (tests/cases, with their sources): no shared file trains a mixture-of-experts model.
+MOE_PARAMETERS: tuple[tuple[str, str], ...] = (("global", "MOE_HOST_S_PER_LOCAL_EXPERT"),)
 FITTED_PARAMETERS = (TRAINING_PARAMETERS + INFERENCE_PARAMETERS + SERVING_PARAMETERS + COMMODITY_PARAMETERS
-                     + GRAPHS_PARAMETERS)
+                     + GRAPHS_PARAMETERS + MOE_PARAMETERS)
 TRAINING_FILES = ("megatron_narayanan2021_table1.csv", "megatron_korthikanti2022_table4.csv", "nemo_h100_24.07.csv")
 COMMODITY_FILES = ("zhang2023_train_bs1_lora7b.csv",)
 GRAPHS_FILES = ("nim_1.8.0_concurrency_h100.csv",)
 INFERENCE_FILES = ("llama2_inference_a100.csv", "trtllm_0.9.0_a100_h100.csv")
 SERVING_FILES = ("trtllm_0.10.0_serve_a100_h100.csv",)
+MOE_FILES = ("megatron_bridge_moe_train.csv",)
 
 
 def default_assumptions_path() -> Path:
@@ -182,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     assumptions = load_assumptions(args.assume)
     for names, params in ((TRAINING_FILES, TRAINING_PARAMETERS), (INFERENCE_FILES, INFERENCE_PARAMETERS),
                           (SERVING_FILES, SERVING_PARAMETERS), (COMMODITY_FILES, COMMODITY_PARAMETERS),
-                          (GRAPHS_FILES, GRAPHS_PARAMETERS)):
+                          (GRAPHS_FILES, GRAPHS_PARAMETERS), (MOE_FILES, MOE_PARAMETERS)):
         files = [f for f in args.files if Path(f).name in names]
         if not files:
             continue
