@@ -41,13 +41,18 @@ sweep: $(STAMP)
 	$(BIN)/dse run $(SPACE) -o results/$(NAME) --jobs $(JOBS) $(if $(wildcard results/$(NAME)/_spec.yaml),--resume,)
 	$(BIN)/dse info results/$(NAME)
 
-# The standard figures of the default sweep (run first when missing) and the technology studies
-# (issue: technology nodes 12 nm -> 1 nm), PNG + Parquet data under results/figures/.
+# The standard figures of the default sweep (run first when missing), the serving spaces, today's models
+# (DeepSeek-V3 training; DeepSeek-R1 and GPT-OSS-120B serving) and the technology studies (issue: technology
+# nodes 12 nm -> 1 nm), PNG + Parquet data under results/figures/.
 figures: $(STAMP)
 	test -f results/default/_spec.yaml || $(BIN)/dse run spaces/default.yaml -o results/default --jobs $(JOBS)
 	$(BIN)/dse plot results/default -o results/figures/default
 	test -f results/serve-llama3.3-70b/_spec.yaml || $(BIN)/dse run spaces/serve-llama3.3-70b.yaml -o results/serve-llama3.3-70b --jobs $(JOBS)
 	$(BIN)/dse plot results/serve-llama3.3-70b -o results/figures/serve-llama3.3-70b
+	test -f results/deepseek-v3-train/_spec.yaml || $(BIN)/dse run spaces/deepseek-v3-train.yaml -o results/deepseek-v3-train --jobs $(JOBS)
+	$(BIN)/dse plot results/deepseek-v3-train -o results/figures/deepseek-v3-train
+	test -f results/serve-deepseek-r1-gpt-oss/_spec.yaml || $(BIN)/dse run spaces/serve-deepseek-r1-gpt-oss.yaml -o results/serve-deepseek-r1-gpt-oss --jobs $(JOBS)
+	$(BIN)/dse plot results/serve-deepseek-r1-gpt-oss -o results/figures/serve-deepseek-r1-gpt-oss
 	$(BIN)/python -m dse.studies -o results/figures/studies
 
 # The model against every measured case in shared/reference.

@@ -124,7 +124,8 @@ def stage_split_text(row: pd.Series) -> str:
     p, v = float(row["pp"]), float(row["vpp"])
     first, middle, last = (float(np.asarray(a)) for a in stage_layers_split(
         np.asarray(float(row["layers"])), np.asarray(p), np.asarray(v), np.asarray(code),
-        np.asarray(value("layers_first_stage")), np.asarray(value("layers_last_stage"))))
+        np.asarray(value("layers_first_stage")), np.asarray(value("layers_last_stage")),
+        np.asarray(0.0 if np.isnan(value("mtp")) else value("mtp"))))
     explicit = not (np.isnan(value("layers_first_stage")) and np.isnan(value("layers_last_stage")))
     how = "explicit first/last" if explicit else f"{split} split"
     mid = f", {int(p) - 2} middle ranks {middle:g} each" if p > 2 else ""

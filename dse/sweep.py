@@ -32,7 +32,7 @@ from dse.stacks import (
 )
 
 #: Input columns written per row (after ``point``), in this order.
-INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "micro_batch",
+INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "micro_batch",
                  "global_batch", "seq_len", "recompute", "zero", "precision", "attention", "tp_overlap",
                  "dp_overlap", "pp_overlap", "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch",
                  "pipeline_split", "layers_first_stage", "layers_last_stage", "doc_len", "kernels", "optimizer",

@@ -244,3 +244,19 @@ def test_log_axes_and_legends_stay_readable(tmp_path, monkeypatch):
     (fig,) = figures
     assert len(fig.legends) == 1 and len(fig.legends[0].get_texts()) == 5
     assert len([ax for ax in fig.axes if ax.get_visible()]) == 4
+
+
+def test_layer_ops_of_an_mla_moe_model_are_the_kernel_shapes() -> None:
+    """DeepSeek-V3 (config.json: h 7168, 128 heads, q_lora 1536, kv_lora 512, rope 64, nope 128, v 128, 256 routed
+    experts of 2048, top 8, 1 shared, 3 dense layers of 18432): the roofline's ops are the mean layer's."""
+    ops = plots.layer_ops({"model": "deepseek-v3", "tp": 1, "ep": 8, "micro_batch": 1, "seq_len": 4096,
+                           "precision": "bf16"}).set_index("name")
+    T, h, a = 4096, 7168, 128
+    phi = 58 / 61  # MoE layers
+    assert ops.loc["attention in (Q, MLA down projections)", "flops"] == pytest.approx(2 * T * (1536 + 512 + 64) * h)
+    assert ops.loc["MLA up projections", "flops"] == pytest.approx(2 * T * (1536 * a * 192 + 512 * a * 256))
+    assert ops.loc["attention output projection", "flops"] == pytest.approx(2 * T * h * a * 128)
+    assert ops.loc["routed experts in (gate + up)", "flops"] == pytest.approx(phi * 2 * T * 8 * 2 * 2048 * h,
+                                                                             rel=1e-6)
+    dense_width = (1 - phi) * 18432 + phi * 2048  # dense layers and the shared expert
+    assert ops.loc["FFN out", "flops"] == pytest.approx(2 * T * h * dense_width, rel=1e-6)

@@ -55,14 +55,17 @@ def inflight_layer_microbatches_last_stage(microbatches: Array, pp: Array, vpp: 
     return pick(mask(vpp > 1, vpp), chunks * layers / (pp * vpp), layers / pp)
 
 
-def stage_layers_split(layers: Array, pp: Array, vpp: Array, split: Array, first_in: Array, last_in: Array
-                       ) -> tuple[Array, Array, Array]:
+def stage_layers_split(layers: Array, pp: Array, vpp: Array, split: Array, first_in: Array, last_in: Array,
+                       mtp: Array = 0.0) -> tuple[Array, Array, Array]:
     """Transformer layers on the first, a middle and the last pipeline rank.
 
     * even: L/p each;
     * embedding_loss (Megatron-core ``account_for_embedding_in_pipeline_split`` and ``..._loss_...``): the
       embedding and the loss count as one layer each, L + 2 slots over p·v virtual stages; the first and the
-      last virtual stage give one slot to them, so the first and last ranks hold (L + 2)/p − 1 layers;
+      last virtual stage give one slot to them, so the first and last ranks hold (L + 2)/p − 1 layers; the
+      multi-token-prediction modules (``mtp``) take a slot each on the last virtual stage, as Megatron-core's
+      pipeline layout places them ('m' before the loss 'L': DeepSeek-V3's ``Et|(tt|)*30mL``), so
+      L + 2 + mtp slots, and the last rank holds (L + 2 + mtp)/p − 1 − mtp;
     * explicit first / last (Megatron ``num_layers_in_first/last_pipeline_stage``, NaN when not given): the
       rest, L − first − last, split evenly over the p − 2 middle ranks.
 
@@ -76,9 +79,9 @@ def stage_layers_split(layers: Array, pp: Array, vpp: Array, split: Array, first
     if np.ndim(split) and not (split == 1).any() and np.isnan(first_in).all() and np.isnan(last_in).all():
         return even, even * (pp != 2), even
     emb = (split == 1).astype(layers.dtype)
-    split_edge = pick(emb, (layers + 2.0) / pp - 1.0, even)
+    split_edge = pick(emb, (layers + 2.0 + mtp) / pp - 1.0, even)
     first_asked: Array = np.where(np.isnan(first_in), split_edge, first_in)
-    last_asked: Array = np.where(np.isnan(last_in), split_edge, last_in)
+    last_asked: Array = np.where(np.isnan(last_in), split_edge - emb * mtp, last_in)
     middle: Array = (layers - first_asked - last_asked) / np.maximum(pp - 2.0, 1.0)
     middle = np.where(pp > 2, middle, np.where(pp > 1, 0.0, layers))
     return np.where(pp > 1, first_asked, layers), middle, np.where(pp > 1, last_asked, layers)

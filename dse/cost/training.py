@@ -270,7 +270,7 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     T = b * s / c  # tokens per GPU per micro-batch
     resid = T * h / (1.0 + sp * (t - 1.0))  # residual-stream elements per GPU
     L_first, L_mid, L_last = stage_layers_split(L, p, v, x["pipeline_split"], x["layers_first_stage"],
-                                                x["layers_last_stage"])
+                                                x["layers_last_stage"], x["mtp"])
     D = hw["scaleup_gpus"]
 
     # ---- rates ------------------------------------------------------------------------------------------
@@ -675,7 +675,7 @@ def _infeasible_reason(x: dict[str, Array]) -> Array:
     explicit = ~np.isnan(x["layers_first_stage"]) | ~np.isnan(x["layers_last_stage"])
     emb_split = x["pipeline_split"] == codes.PIPELINE_SPLIT_EMBEDDING_LOSS
     first, middle, last = stage_layers_split(L, p, v, x["pipeline_split"], x["layers_first_stage"],
-                                             x["layers_last_stage"])
+                                             x["layers_last_stage"], x["mtp"])
     is_fp8 = (x["precision"] == codes.PRECISION_FP8).astype(L.dtype)
     is_fp4 = (x["precision"] == codes.PRECISION_FP4).astype(L.dtype)
     peak, _ = matmul_rates(is_fp8, is_fp4, x)
@@ -698,7 +698,8 @@ def _infeasible_reason(x: dict[str, Array]) -> Array:
         (R["heads % tp != 0"], ~divides(t, a)),
         (R["kv_heads % tp != 0"], ~divides(t, g)),
         (R["layers % (pp*vpp) != 0"], ~explicit & ~emb_split & ~divides(p * v, L)),
-        (R["(layers+2) % (pp*vpp) != 0 (embedding/loss split)"], ~explicit & emb_split & ~divides(p * v, L + 2.0)),
+        (R["(layers+2) % (pp*vpp) != 0 (embedding/loss split)"],
+         ~explicit & emb_split & ~divides(p * v, L + 2.0 + x["mtp"])),
         (R["first/last stage layers do not fit the pipeline"], explicit & (
             (p <= 1) | (first < 0) | (last < 0) | (middle < 0) | ((p > 2) & ~divides(p - 2.0, L - first - last))
             | ((p == 2) & (first + last != L)))),

@@ -11,7 +11,6 @@ import pandas as pd
 from dse.cost import constants as K
 from dse.cost.compute import gemm_bytes, gemm_flops
 from dse.cost.training import MEMORY_BREAKDOWN, TIME_BREAKDOWN
-from dse.cost.transformer import kv_width, layer_gemm_shapes
 from dse.pareto import Objective, as_objectives, front_mask
 from dse.plots.labels import (
     _GIB,
@@ -157,49 +156,81 @@ def layer_ops(config: Mapping[str, Any]) -> pd.DataFrame:
     """FLOPs and HBM bytes of the forward operations of one transformer layer, one micro-batch, one GPU, with
     the shapes :mod:`dse.cost.training` times (plus the logits GEMM of the last stage).
 
-    GEMMs: the shapes of :func:`dse.cost.transformer.layer_gemm_shapes` (the ones the training model times),
-    ``2·m·n·k`` FLOPs and ``m·k·in + k·n·w + m·n·2`` bytes (:func:`dse.cost.compute.gemm_bytes`), T = b·s/cp.
-    FlashAttention: ``CAUSAL_FRACTION · 4·b·(s/cp)·s·h/tp`` FLOPs and Q, K, V, O streamed once in 16 bits (the IO
-    lower bound of Dao et al. 2022); unfused attention: ``4·b·s²·h/tp`` FLOPs and
-    ``STANDARD_ATTENTION_FWD_BYTES`` per score element.  Element-wise kernels have no FLOPs in the model and are
-    left out.  ``config`` holds a catalogued ``model`` name or the dimensions, and the layout columns.
+    GEMMs: the mean layer's shapes of :func:`dse.cost.architecture.layer_gemms` (attention in and out, the dense
+    FFN, the routed experts; MLA's up projections from :func:`~dse.cost.architecture.mla_up_projection`), each
+    weighted by the share of layers that run it, ``2·m·n·k`` FLOPs and ``m·k·in + k·n·w + m·n·2`` bytes
+    (:func:`dse.cost.compute.gemm_bytes`), T = b·s/cp.  FlashAttention: ``4·b·(s/cp)·keys·core/tp`` FLOPs (keys:
+    :func:`~dse.cost.architecture.causal_keys`) and Q, K, V, O streamed once in 16 bits (the IO lower bound of
+    Dao et al. 2022); unfused attention: ``4·b·s²·core/tp`` FLOPs and ``STANDARD_ATTENTION_FWD_BYTES`` per score
+    element.  Element-wise kernels have no FLOPs in the model and are left out.  ``config`` holds a catalogued
+    ``model`` name or the dimensions, and the layout columns.
     """
+    from dse.codes import ATTENTION_KIND, MLP
+    from dse.cost.architecture import (
+        ARCHITECTURE_COLUMNS,
+        causal_keys,
+        layer_gemms,
+        layer_record,
+        mla_up_projection,
+    )
+
     c = dict(config)
     if "hidden" not in c:
         from dse.models.catalog import model_row
 
         dims = model_row(str(c["model"]))
-        for key in ("hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts", "top_k"):
+        for key in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts", "top_k",
+                    *ARCHITECTURE_COLUMNS):
             c[key] = dims[key]
 
     def num(key: str, default: float) -> float:
         value = c.get(key, default)
         return default if value is None or (isinstance(value, float) and np.isnan(value)) else float(value)
 
-    h, a, f, V = num("hidden", 0), num("heads", 1), num("ffn_hidden", 4 * num("hidden", 0)), num("vocab", 0)
-    g = num("kv_heads", a)
+    h, a, V = num("hidden", 0), num("heads", 1), num("vocab", 0)
     E, topk = num("experts", 1), num("top_k", 1)
     t, cp, ep = num("tp", 1), num("cp", 1), num("ep", 1)
+    etp = num("etp", 0) or t
     b, s = num("micro_batch", 1), num("seq_len", 0)
     precision = str(c.get("precision", "bf16"))
     ob = {"fp8": 1.0, "fp4": 0.5}.get(precision, 2.0)
-    n_mlp = 3.0 if str(c.get("mlp", "gelu")) == "swiglu" else 2.0
+    kind = c.get("attention_kind")
+    x = {"layers": num("layers", 1), "hidden": h, "heads": a, "kv_heads": num("kv_heads", a),
+         "ffn_hidden": num("ffn_hidden", 4 * h), "experts": E, "top_k": topk,
+         "mlp": float(MLP.index(str(c.get("mlp", "gelu")))),
+         **{k: num(k, 0.0) for k in ARCHITECTURE_COLUMNS if k != "attention_kind"},
+         "attention_kind": float(ATTENTION_KIND.index(str(kind))) if isinstance(kind, str) else 0.0}
+    rec = layer_record({k: np.asarray(v, dtype=np.float64) for k, v in x.items()})
     moe = E > 1
     T = b * s / cp
-    kvw = kv_width(h, a, g)
-    names = ["QKV projection", "attention output projection", "FFN in" + (" (gate + up)" if n_mlp == 3 else ""),
-             "FFN out"]
-    shapes = layer_gemm_shapes(T, h, kvw, f, n_mlp, t, topk if moe else 1.0, ob, E / ep if moe else 1.0)
-    flops = [float(gemm_flops(m, n, k)) for m, n, k, _ in shapes]
-    moved = [float(gemm_bytes(m, n, k, ob, w, 2.0)) for m, n, k, w in shapes]
+    gated = " (gate + up)" if float(rec["n_mlp"]) == 3 else ""
+    names_all = ["attention in (Q, MLA down projections)" if float(rec["attn_rep"]) > 0 else "QKV projection",
+                 "attention output projection", "FFN in" + gated, "FFN out", "routed experts in" + gated,
+                 "routed experts out"]
+    names: list[str] = []
+    flops: list[float] = []
+    moved: list[float] = []
+    shapes = layer_gemms(T, h, rec, t, etp, topk if moe else 1.0, ob, E / ep if moe else 1.0)
+    for name, (m, n, k, w, share) in zip(names_all, shapes, strict=True):
+        if float(share) * float(n) * float(k) > 0:
+            names.append(name)
+            flops.append(float(share * gemm_flops(m, n, k)))
+            moved.append(float(share * gemm_bytes(m, n, k, ob, w, 2.0)))
+    if float(rec["up_params"]) > 0:
+        f_up, b_up = mla_up_projection(T, rec, t, ob)
+        names.append("MLA up projections")
+        flops.append(float(f_up))
+        moved.append(float(b_up))
+    core = float(rec["core"])
     if str(c.get("attention", "flash")) == "standard":
         names.append("attention core (unfused)")
-        flops.append(4.0 * b * s * s * h / t)
+        flops.append(4.0 * b * s * s * core / t)
         moved.append(K.STANDARD_ATTENTION_FWD_BYTES * b * (a / t) * s * s)
     else:
+        keys = float(causal_keys(np.asarray(s), rec["window"], rec["full_frac"], K.CAUSAL_FRACTION, rec["chunk"]))
         names.append("attention core (flash)")
-        flops.append(K.CAUSAL_FRACTION * 4.0 * b * (s / cp) * s * h / t)
-        moved.append(2.0 * (2.0 * b * (s / cp) * h / t + 2.0 * b * s * kvw / t))
+        flops.append(4.0 * b * (s / cp) * keys * core / t)
+        moved.append(2.0 * (2.0 * b * (s / cp) * float(rec["q_width"]) / t + b * s * float(rec["kv_train"]) / t))
     names.append("logits (last stage)")
     flops.append(float(gemm_flops(T, V / t, h)))
     moved.append(float(gemm_bytes(T, V / t, h, 2.0, 2.0, 2.0)))
