@@ -101,3 +101,23 @@ def test_readme_validation_table_is_the_validate_output(ref, assumptions):
         assert float(worst) == pytest.approx(summary["max_abs_error_pct"], abs=0.06), (name, metric)
         seen.add(name)
     assert seen == {p.name for p in ref.glob("*.csv")}
+
+
+def test_readme_todays_models_table_is_the_validate_output(assumptions):
+    """The README's "Today's models" table (cases, MAPE, max abs error) is what `dse validate` measures on the MoE
+    case files kept in tests/cases."""
+    import re
+
+    from tests.conftest import REPO
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### Today's models (issue 23)"):]
+    section = section[:section.index("\n\n", section.index("| file | metric"))]
+    rows = re.findall(r"^\| `([^`]+)` \| (\w+) \| (\d+)[^|]*\| ([\d.]+) % \| ([\d.]+) % \|", section, re.M)
+    assert len(rows) == 3
+    for name, metric, n, mape, worst in rows:
+        (summary,) = [s for s in summarize(validate_file(REPO / "tests" / "cases" / name, assumptions))
+                      if s["metric"] == metric]
+        assert summary["n"] == int(n), (name, metric)
+        assert float(mape) == pytest.approx(summary["mape_pct"], abs=0.006), (name, metric)
+        assert float(worst) == pytest.approx(summary["max_abs_error_pct"], abs=0.06), (name, metric)
