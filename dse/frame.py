@@ -190,7 +190,11 @@ def _fill_dimensions_from_catalog(frame: pd.DataFrame, source: str = "<frame>") 
     frame = frame.copy(deep=False)  # columns are replaced, never changed in place (copy-on-write)
     for col in (*DIMENSION_COLUMNS, *ARCHITECTURE_COLUMNS):
         values = _catalog_column(cat[col], position)  # the catalog's value of each row's model (NaN: none)
-        if col not in frame.columns:
+        if col in ARCHITECTURE_COLUMNS and col not in frame.columns:
+            if pd.isna(values).all():  # none of these models sets it: the column stays absent (= not set)
+                continue
+            frame[col] = pd.Series(values, index=frame.index)
+        elif col not in frame.columns:
             frame[col] = pd.Series(values, index=frame.index, dtype=object).where(known, None)
         else:
             fill = _blank(frame[col]) & known

@@ -256,6 +256,9 @@ def expert_parallel_terms(x: dict[str, Array], rec: dict[str, Array], act: Array
     Returns (on, scale of one expert's weights against the tp split, share of the experts on the GPU, replicas
     per group, seconds per token, seconds per pass)."""
     t, ep = x["tp"], x["ep"]
+    if not np.any(ep > 1):  # no row shares its experts: every term is the tp split's
+        zero = 0.0 * t
+        return zero, 1.0 + zero, 1.0 + zero, 1.0 + zero, zero, zero
     on = mask(ep > 1, t)
     k = x["top_k"]
     per_byte = alltoall_time(1.0, t * 0.0 + 1.0, ep, x) - alltoall_time(0.0, t * 0.0 + 1.0, ep, x)
