@@ -508,6 +508,9 @@ def random_serve_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], 
     x["kv_reservation"] = rng.integers(0, 2, n).astype(np.float64)
     # wide expert parallelism on a third of the mixture-of-experts rows (drawn last: the other draws unchanged)
     x["ep"] = np.where((x["experts"] > 1) & (rng.random(n) < 1.0 / 3.0), x["tp"] * x["dp"], 1.0)
+    # MTP speculative decoding on the models that have the module (one draft token per step)
+    x["spec_tokens"] = np.where(x["mtp"] > 0, 1.0, 0.0)
+    x["spec_acceptance"] = np.full(n, np.nan)
     assert set(x) == set(SERVE_INPUTS)
     return x, rng.integers(0, len(hwcat.system_names()), n)
 

@@ -139,6 +139,7 @@ REASONS: tuple[str, ...] = (
     "(tp*cp*dp) % (ep*etp) != 0",
     "moe_ffn_hidden % etp != 0",
     "(tp*dp) % ep != 0",
+    "spec_tokens needs mtp modules",
 )
 REASON_CODE: dict[str, int] = {r: i for i, r in enumerate(REASONS)}
 

@@ -44,7 +44,7 @@ INTEGER_MIN: dict[str, int] = {
     "global_batch": 1, "seq_len": 1, "sp": 0, "zero": 0, "dp_overlap": 0, "pp_overlap": 0,
     "tied_embeddings": 0, "batch": 1, "input_len": 1, "output_len": 0, "lora_rank": 1, "max_num_tokens": 1,
     "layers_first_stage": 0, "layers_last_stage": 0, "prefill_gpus": 1, "prefill_tp": 1, "doc_len": 1,
-    "concurrency": 1, **ARCHITECTURE_MIN,
+    "concurrency": 1, "spec_tokens": 0, **ARCHITECTURE_MIN,
 }
 INTEGER_MAX: dict[str, int] = {"sp": 1, "zero": 3, "dp_overlap": 1, "pp_overlap": 1, "tied_embeddings": 1}
 #: Every other integer column: at most INT_DOMAIN_MAX (2^24 − 1, the float32 kernels' exact range; see
@@ -491,6 +491,21 @@ def _named_codes(frame: pd.DataFrame, col: str, vocab: tuple[str, ...], source: 
     return out
 
 
+def _fraction(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
+    """An optional column of numbers in (0, 1) (NaN where empty or absent); InputError naming a bad cell."""
+    if col not in frame.columns:
+        return np.full(len(frame), np.nan)
+    raw = frame[col]
+    blank = _blank(raw)
+    vals = pd.to_numeric(raw.where(~blank, np.nan), errors="coerce").to_numpy(np.float64)
+    bad = ~blank & ~((vals > 0) & (vals < 1))
+    if bad.any():
+        pos = int(np.flatnonzero(bad)[0])
+        raise InputError(f"{_where(source, frame, pos)}, column {col!r}: value {show(raw.iloc[pos])} is not allowed; "
+                         "allowed: a number between 0 and 1 (exclusive), or empty for the default")
+    return vals
+
+
 def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Checked inputs of the serving model for ``task == 'serve'`` rows: those of :func:`infer_inputs` (with
     ``batch`` optional: empty = only memory limits the concurrency) plus ``max_num_tokens`` (empty: no token
@@ -521,6 +536,8 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
         raise InputError(f"{_where(source, frame, pos)}, columns 'concurrency' and 'request_rate': both given; "
                          "allowed: one of them (concurrency: clients of a closed loop; request_rate: an open "
                          "stream of requests/s), or neither for maximum load")
+    x["spec_tokens"] = np.nan_to_num(_integers(frame, "spec_tokens", source), nan=0.0)  # MTP drafts per step
+    x["spec_acceptance"] = _fraction(frame, "spec_acceptance", source)
     ep = _integers(frame, "ep", source)  # wide expert parallelism (empty or 1: experts split by tp)
     x["ep"] = np.where(np.isnan(ep), 1.0, ep)
     x["prefill_gpus"] = _integers(frame, "prefill_gpus", source)

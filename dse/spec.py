@@ -105,7 +105,8 @@ class TaskKeys:
 #: Serving sweeps (``task: serve``): engine limits and the offered load besides the layout and request shape.
 SERVE_INT_AXES: dict[str, tuple[int, int | None]] = {**INFER_INT_AXES, "max_num_tokens": (1, None),
                                                      "prefill_gpus": (1, None), "prefill_tp": (1, None),
-                                                     "concurrency": (1, None), "ep": (1, None)}
+                                                     "concurrency": (1, None), "ep": (1, None),
+                                                     "spec_tokens": (0, 8)}
 #: Positive real axes (any task that has them).
 FLOAT_AXES = ("request_rate",)
 SERVE_CAT_AXES: dict[str, tuple[str, ...]] = {**INFER_CAT_AXES, "decode_kv_reads": DECODE_KV_READS,

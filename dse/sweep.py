@@ -44,7 +44,7 @@ CATEGORY_COLUMNS = {**CATEGORICAL, "kv_precision": codes.KV_PRECISION, "stack": 
                     "decode_kv_reads": codes.DECODE_KV_READS}
 SERVE_INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "batch", "input_len", "output_len",
                        "max_num_tokens", "request_rate", "precision", "kv_precision", "decode_kv_reads",
-                       "prefill_gpus", "prefill_tp", "concurrency", "ep", "stack")
+                       "prefill_gpus", "prefill_tp", "concurrency", "ep", "spec_tokens", "stack")
 FLOAT_INPUT_COLUMNS = ("request_rate",)
 
 
@@ -126,7 +126,7 @@ def kernel_inputs(spec: Spec, cols: dict[str, np.ndarray]) -> tuple[dict[str, np
         x[key] = cols[key].copy() if key in cols else np.full(n, np.nan, dtype=DTYPE)
     if spec.task == "serve":
         for key, default in (("tp", 1.0), ("pp", 1.0), ("dp", 1.0), ("kv_precision", float(codes.KV_AUTO)),
-                             ("precision", float(codes.PRECISION_BF16)), ("ep", 1.0)):
+                             ("precision", float(codes.PRECISION_BF16)), ("ep", 1.0), ("spec_tokens", 0.0)):
             x[key] = np.where(np.isnan(x[key]), default, x[key]).astype(DTYPE)
         x["gpus"] = (x["tp"] * x["pp"] * x["dp"] + np.nan_to_num(x["prefill_gpus"])).astype(DTYPE)
         x["stack"] = cols["stack"] if "stack" in cols else np.full(n, np.nan, dtype=DTYPE)

@@ -127,3 +127,8 @@ ADAM_16BIT_BYTES_PER_PARAM = 46.0
 #: micro-batch: Qwen3-30B-A3B on 8 B200 runs 9,691 tokens/s/GPU at micro-batch 1 and 26,695 at 4 (26.02,
 #: 26.02.01): 8.8 ms then 12.8 ms per layer and micro-batch, a fixed 7.5 ms for its 16 local experts (0.47 ms each).
 MOE_HOST_S_PER_LOCAL_EXPERT = 4.57e-4
+
+#: Acceptance rate of a multi-token-prediction draft token in speculative decoding: DeepSeek-V3 technical report
+#: (arXiv 2412.19437) §5.4.3, "the acceptance rate of the second token prediction ranges between 85% and 90%"
+#: (1.8x tokens per second); the lower end.  A row's ``spec_acceptance`` overrides it.
+MTP_ACCEPTANCE = 0.85

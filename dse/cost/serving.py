@@ -73,7 +73,7 @@ Array = Any
 
 SERVE_INPUTS: tuple[str, ...] = (*INFER_INPUTS, "max_num_tokens", "request_rate", "kv_memory_fraction",
                                  "kv_block_tokens", "decode_kv_reads", "prefill_gpus", "prefill_tp", "concurrency",
-                                 "cuda_graphs", "kv_reservation", "ep")
+                                 "cuda_graphs", "kv_reservation", "ep", "spec_tokens", "spec_acceptance")
 SERVE_METRICS: tuple[str, ...] = (
     "output_tokens_per_s", "output_tokens_per_s_per_gpu", "requests_per_s", "ttft_s", "tpot_s",
     "tokens_per_s_per_user", "running_requests", "queue_wait_s", "kv_cache_utilization", "iteration_ms",
@@ -123,6 +123,8 @@ def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object],
                           codes.REASON_CODE["experts % ep != 0"], reason)
         reason = np.where((reason == 0) & (ep > 1) & (np.fmod(x["tp"] * x["dp"], ep) != 0),
                           codes.REASON_CODE["(tp*dp) % ep != 0"], reason)
+        reason = np.where((reason == 0) & (np.nan_to_num(x["spec_tokens"]) > 0) & ~(x["mtp"] > 0),
+                          codes.REASON_CODE["spec_tokens needs mtp modules"], reason)
         ok = reason == 0
         # only the rows that divide are served: aggregated and disaggregated ones gathered apart, scattered back
         n = ok.shape[0]
@@ -191,8 +193,10 @@ def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array) ->
     ffn_tok = rec["ffn_dense"] + rec["moe_frac"] * (1.0 + moe * (x["top_k"] - 1.0)) * rec["ffn_moe"]
     # what dominates the GEMMs (`limit`)
     n_all = (rec["attn_in"] + rec["o_width"] + rec["n_mlp"] * ffn_tok) / t + rec["attn_rep"]
+    n_spec, gain = speculative_terms(x)
     return {
-        "layers_per_stage": x["layers"] / p, "input_len": s_in, "decode_len": s_out - 1.0,
+        "layers_per_stage": x["layers"] / p, "input_len": s_in, "decode_len": (s_out - 1.0) / (1.0 + gain),
+        "spec_n": n_spec, "any_spec": bool(np.any(n_spec > 0)),
         "gemm_token": per_token, "gemm_weights": attn_weights + ffn_weights, "ffn_weights": ffn_weights,
         "moe": moe, "any_moe": bool(moe.any()), "experts": x["experts"], "top_k": x["top_k"],
         "ep_scale": ep_scale, "ep_share": ep_share, "ep_group": ep_group, "ep_token": ep_token, "ep_pass": ep_pass,
@@ -219,8 +223,8 @@ def _iteration(c: dict[str, Array], X: Array, parts: dict[str, Array] | None = N
     and the decode tokens of X_dec·(output_len − 1) requests (X_dec = X in steady state), from the terms ``c``
     of :func:`_iteration_terms`; ``parts``, when given, receives the split of t_stage (ms,
     :data:`ITERATION_PARTS`)."""
-    D = (X if X_dec is None else X_dec) * c["decode_len"]  # decode tokens
-    M = X * c["input_len"] + D  # prompt + decode tokens
+    D = (X if X_dec is None else X_dec) * c["decode_len"]  # decode steps (one token each, 1 + n drafts verified)
+    M = X * c["input_len"] + D * (1.0 + c["spec_n"])  # prompt + decode tokens through the layers
     gemm = c["gemm_token"] * M + c["gemm_weights"]
     if c["any_moe"]:  # the experts the tokens visit: E·(1 − (1 − k/E)^M) of them (inference.experts_visited);
         # with expert parallelism the GPU's E/ep whole experts, visited by the tokens of its ep/tp replicas
@@ -228,13 +232,19 @@ def _iteration(c: dict[str, Array], X: Array, parts: dict[str, Array] | None = N
         gemm = gemm + c["moe"] * c["ffn_weights"] * (c["ep_scale"] * visited - 1.0)
         gemm = gemm + c["ep_token"] * M + c["ep_pass"]  # dispatch and combine all-to-alls
     attn_pre = c["prefill_attention"] * X
-    attn_dec = c["decode_attention"] * D
+    # a decode step's attention reads the KV once; with n drafts verified its FLOPs grow (1 + n)-fold
+    attn_dec = D * (c["decode_attention"] + c["spec_n"] * (c["decode_attention"] - c["kv_read_token"]))
     ew = c["elementwise"] * M
     tp = c["tp_token"] * M + c["tp_pass"]
     layer = gemm + attn_pre + attn_dec + ew + tp + c["overhead"]
-    logits = c["logits_row"] * (D + X) + c["logits_pass"]  # every decode token and each prompt's last token
+    logits = c["logits_row"] * (D * (1.0 + c["spec_n"]) + X) + c["logits_pass"]  # decode tokens, prompts' last
     p2p = c["p2p_token"] * M + c["p2p_pass"]
     t_stage = c["layers_per_stage"] * layer + logits + p2p
+    if c["any_spec"]:  # the MTP module drafts n tokens per decode step: a layer, its projection and the head each
+        per_token = c["gemm_token"] + c["elementwise"] + c["tp_token"] + c["ep_token"] + c["decode_attention"] \
+            + c["logits_row"]
+        per_pass = c["gemm_weights"] + c["overhead"] + c["tp_pass"] + c["ep_pass"]
+        t_stage = t_stage + c["spec_n"] * (D * per_token + per_pass)
     if parts is not None:
         n = c["layers_per_stage"] * 1e3
         parts.update({"iter_gemm_ms": n * gemm, "iter_prefill_attention_ms": n * attn_pre,
@@ -242,6 +252,20 @@ def _iteration(c: dict[str, Array], X: Array, parts: dict[str, Array] | None = N
                       "iter_tp_comm_ms": n * tp, "iter_overhead_ms": n * c["overhead"],
                       "iter_logits_ms": logits * 1e3, "iter_pp_comm_ms": p2p * 1e3})
     return t_stage, c["compute_token"] * M, c["traffic_pass"] + c["kv_read_token"] * D
+
+
+def speculative_terms(x: dict[str, Array]) -> tuple[Array, Array]:
+    """(draft tokens per decode step, tokens a step adds beyond the first) of speculative decoding with the
+    model's multi-token-prediction module as the drafter (DeepSeek-V3 §5.4.3; TensorRT-LLM and SGLang's MTP):
+    n = ``spec_tokens`` drafts per step, the module run n times; the target model verifies 1 + n tokens in one
+    pass and keeps the i-th draft when it and every earlier one are accepted, so a step yields 1 + Σ_i α^i tokens
+    on average (α = ``spec_acceptance``, empty: constants.MTP_ACCEPTANCE, DeepSeek-V3's 85-90 % for the second
+    token).  n = 0: no speculation (gain 0)."""
+    n = np.nan_to_num(x["spec_tokens"], nan=0.0)
+    alpha = np.where(np.isnan(x["spec_acceptance"]), K.MTP_ACCEPTANCE, x["spec_acceptance"])
+    # Σ_{i=1..n} α^i = α(1 − α^n)/(1 − α)  (α < 1)
+    gain = np.where(n > 0, alpha * (1.0 - alpha**n) / np.maximum(1.0 - alpha, 1e-9), 0.0)
+    return n, gain
 
 
 def expert_parallel_terms(x: dict[str, Array], rec: dict[str, Array], act: Array
@@ -356,9 +380,9 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
     # ---- decode pool ----
     dec = _kv_capacity(x, np.minimum(budget, batch_cap))
     c_max = np.maximum(np.minimum(batch_cap, dec["capacity"]), 1.0)
-    life = np.maximum(s_out - 1.0, 1.0)
-    xd_max = c_max / p / life
     dec_terms = _iteration_terms(x, rate, act, wb)
+    life = np.maximum(dec_terms["decode_len"], 1.0)  # decode steps (fewer with speculative decoding)
+    xd_max = c_max / p / life
     t_d_max, _, _ = _iteration(dec_terms, zero, X_dec=xd_max)
     cap_d = dp * xd_max / t_d_max
     # ---- prefill pool ----
@@ -393,7 +417,7 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
     running = dp * xd * p * life + n_p * xp * n_pre
     wait = np.where(np.isinf(clients), 0.0, np.maximum(clients - running, 0.0) / R)  # closed loop: see _serve
     ttft = 0.5 * utilization * t_p + n_pre * t_pass + t_kv + wait
-    tpot = p * t_d
+    tpot = p * t_d * dec_terms["decode_len"] / np.maximum(s_out - 1.0, 1e-9)
     out_tps = R * s_out
     gpus = x["prefill_gpus"] + x["tp"] * p * dp
     kv_used = xd * p * life * dec["pages"] * dec["kv_token"]
@@ -405,7 +429,7 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
         "ttft_s": ttft, "tpot_s": tpot, "tokens_per_s_per_user": 1.0 / tpot,
         "running_requests": running, "queue_wait_s": wait,
         "kv_cache_utilization": kv_used / np.maximum(dec["kv_budget"], 1.0),
-        "iteration_ms": t_d * 1e3, "iteration_tokens": xd * (s_out - 1.0),
+        "iteration_ms": t_d * 1e3, "iteration_tokens": xd * dec_terms["decode_len"] * (1.0 + dec_terms["spec_n"]),
         "kv_capacity_requests": dec["capacity"], "weights_bytes": dec["weights"], "kv_cache_bytes": kv_used,
         "mem_total_bytes": dec["weights"] + dec["activations"] + kv_used + K.RUNTIME_RESERVED_BYTES,
         "energy_per_output_token_j": gpus * x["tdp_w"] / np.maximum(out_tps, 1e-30),
@@ -433,11 +457,13 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
     # ---- steady state at maximum concurrency -------------------------------------------------------------
     c_max = np.maximum(np.minimum(batch_cap, kv_capacity), 1.0)
     n_pre = np.maximum(np.ceil(s_in / budget), 1.0)
-    life = s_out - 1.0 + n_pre  # iterations a request stays in the batch
-    by_concurrency = c_max / p / life
-    by_budget = budget / (s_in + s_out - 1.0)
-    X_max = np.minimum(by_concurrency, by_budget)
     terms = _iteration_terms(x, rate, act, wb)
+    steps = terms["decode_len"]  # decode steps a request needs (fewer with speculative decoding)
+    life = steps + n_pre  # iterations a request stays in the batch
+    by_concurrency = c_max / p / life
+    step_tokens = steps * (1.0 + terms["spec_n"])
+    by_budget = budget / (s_in + step_tokens)
+    X_max = np.minimum(by_concurrency, by_budget)
     t_max, _, _ = _iteration(terms, X_max)
     req_capacity = dp * X_max / t_max  # requests/s the deployment serves at most
 
@@ -459,11 +485,11 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
     # a request's own tokens are in the passes that serve it: its decode token in every decode pass, its whole
     # prompt chunk in its prefill pass (at light load X < 1 the average pass holds a fraction of them)
     split: dict[str, Array] = {}
-    one_decode = np.maximum(X, 1.0 / np.maximum(s_out - 1.0, 1.0))
+    one_decode = np.maximum(X, 1.0 / np.maximum(steps, 1.0))
     t_stage, comp, traffic = _iteration(terms, X, split, X_dec=one_decode)
     t_prefill, _, _ = _iteration(terms, np.maximum(X, 1.0 / n_pre), X_dec=X)
     utilization = np.where(offline | overloaded, 1.0, np.minimum(lam_r * dp / req_capacity, 1.0))
-    tpot = p * t_stage
+    tpot = p * t_stage * steps / np.maximum(s_out - 1.0, 1e-9)  # a step's time over the tokens it yields
     ttft = 0.5 * utilization * t_stage + n_pre * p * t_prefill
     concurrency = X * p * life  # per replica
     out_tps = dp * X * s_out / t_stage
@@ -479,7 +505,7 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
         "requests_per_s": dp * X / t_stage, "ttft_s": ttft, "tpot_s": tpot, "tokens_per_s_per_user": 1.0 / tpot,
         "running_requests": dp * concurrency, "queue_wait_s": wait,
         "kv_cache_utilization": kv_used / np.maximum(kv_budget, 1.0),
-        "iteration_ms": t_stage * 1e3, "iteration_tokens": X * (s_in + s_out - 1.0),
+        "iteration_ms": t_stage * 1e3, "iteration_tokens": X * (s_in + step_tokens),
         "kv_capacity_requests": kv_capacity, "weights_bytes": weights, "kv_cache_bytes": kv_used,
         "mem_total_bytes": weights + activations + kv_used + K.RUNTIME_RESERVED_BYTES,
         "energy_per_output_token_j": x["gpus"] * x["tdp_w"] / np.maximum(out_tps, 1e-30),
