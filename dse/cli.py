@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from dse import __version__
+from dse.cost.architecture import ARCHITECTURE_COLUMNS
 from dse.frame import CATEGORICAL, InputError, read_yaml
 from dse.spec import SpecError
 
@@ -47,6 +48,11 @@ EXPLAIN_OPTIONS: dict[str, str] = {
     "prefill_tp": "int",
     "request_rate": "requests/s offered (serve; empty: maximum load)",
     "kv_precision": "auto|fp16|bf16|fp8|int8|int4",
+    "concurrency": "int (serve: clients of a closed loop)",
+    "etp": "int (expert tensor parallel; default tp)",
+    "spec_tokens": "int (serve: MTP draft tokens per decode step)",
+    **{k: "gqa|mha|mla" if k == "attention_kind" else "int (README: Model architecture columns)"
+       for k in ARCHITECTURE_COLUMNS},
 }
 
 

@@ -24,7 +24,7 @@ TIME_LABELS = {
     "time_tp_comm_s": "tensor-parallel comm (exposed)",
     "time_cp_comm_s": "context-parallel comm (exposed)",
     "time_ep_comm_s": "expert-parallel all-to-all (exposed)",
-    "time_host_s": "MoE layers' host work (per-expert launches)",
+    "time_host_s": "MoE host work (per-expert launches)",
     "time_pp_comm_s": "pipeline send/recv (exposed)",
     "time_bubble_s": "pipeline bubble",
     "time_dp_comm_s": "data-parallel sync (exposed)",
@@ -129,8 +129,30 @@ def stage_split_text(row: pd.Series) -> str:
     explicit = not (np.isnan(value("layers_first_stage")) and np.isnan(value("layers_last_stage")))
     how = "explicit first/last" if explicit else f"{split} split"
     mid = f", {int(p) - 2} middle ranks {middle:g} each" if p > 2 else ""
-    return (f"pipeline stages: first rank {first:g} layers + embedding{mid}, last rank {last:g} + output layer "
+    mtp = value("mtp")
+    head = f" + {mtp:g} MTP module{'s' if mtp > 1 else ''}" if mtp > 0 else ""
+    return (f"pipeline stages: first rank {first:g} layers + embedding{mid}, last rank {last:g}{head} + output layer "
             f"and loss ({how}, {int(v)} chunk{'s' if v > 1 else ''} per rank)")
+
+
+def architecture_text(row: pd.Series) -> str:
+    """The architecture columns a row sets (dse.cost.architecture), e.g. ``attention=mla kv_lora_rank=512 …
+    moe_ffn_hidden=2048 shared_experts=1 dense_layers=3 mtp=1``; empty for a plain dense / GQA / MoE model."""
+    from dse.codes import ATTENTION_KIND
+    from dse.cost.architecture import ARCHITECTURE_COLUMNS
+
+    parts = []
+    for key in (*ARCHITECTURE_COLUMNS, "etp"):
+        value = row.get(key)
+        if value is None or pd.isna(value) or (not isinstance(value, str) and float(value) <= 0):
+            continue
+        if key == "attention_kind":
+            name = value if isinstance(value, str) else ATTENTION_KIND[int(value)]
+            if name != ATTENTION_KIND[0]:
+                parts.append(f"attention={name}")
+        else:
+            parts.append(f"{key}={int(float(value))}")
+    return " ".join(parts)
 
 
 def format_explain(row: pd.Series) -> str:
@@ -141,6 +163,8 @@ def format_explain(row: pd.Series) -> str:
         f"{model}: L={int(row['layers'])} h={int(row['hidden'])} heads={int(row['heads'])} "
         f"kv_heads={int(row['kv_heads'])} ffn={int(row['ffn_hidden'])} vocab={int(row['vocab'])} "
         f"mlp={row['mlp']} experts={int(row['experts'])} top_k={int(row['top_k'])}")
+    if architecture_text(row):
+        lines.append(f"  {architecture_text(row)}")
     lines.append(
         f"on {int(row['gpus'])} x {row['system']}: tp={int(row['tp'])} pp={int(row['pp'])} dp={int(row['dp'])} "
         f"cp={int(row['cp'])} ep={int(row['ep'])} vpp={int(row['vpp'])} sp={int(row['sp'])}; "
