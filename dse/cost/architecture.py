@@ -129,7 +129,7 @@ def layer_record(x: dict[str, Array]) -> dict[str, Array]:
       width q_lora + kv_lora, ``up_out`` their output width;
     * ``kv_train`` K and V values per token a training step or prefill stores and exchanges (2·g·d;
       MLA a·(nope + rope) + a·v), ``kv_cache`` the values per token a decode cache keeps (2·g·d; MLA
-      kv_lora + rope), ``kv_read_heads`` how many times a decode reads them (g; MLA 1, absorbed);
+      kv_lora + rope; read once for all heads, absorbed: :func:`cached_values`, :func:`decode_head_dims`);
     * ``attn_params`` h·(attn_in + attn_rep) + up_params + o_width·h;
     * ``moe_frac`` share of MoE layers, ``ffn_dense`` the dense FFN width of the mean layer
       ((1 − moe_frac)·ffn_hidden + moe_frac·shared·moe_ffn), ``ffn_moe`` one routed expert's width,
@@ -147,9 +147,9 @@ def layer_record(x: dict[str, Array]) -> dict[str, Array]:
     ffn_shared = x["shared_experts"] * f_moe
     zero = 0.0 * d
     rec = {
-        "head_dim": d, "d_qk": d, "d_v": d, "q_width": a * d, "o_width": a * d, "core": a * d,
+        "head_dim": d, "q_width": a * d, "o_width": a * d, "core": a * d,
         "attn_in": a * d + gqa_kv, "attn_rep": zero, "up_params": zero, "up_in": zero, "up_out": zero,
-        "kv_train": gqa_kv, "kv_cache": gqa_kv, "kv_read_heads": g + zero,
+        "kv_train": gqa_kv, "kv_cache": gqa_kv,
         "n_mlp": n_mlp, "moe_frac": moe_frac, "ffn_dense": (1.0 - moe_frac) * f + moe_frac * ffn_shared,
         "ffn_moe": f_moe, "ffn_shared": ffn_shared, "ffn_first": f + zero, "expert_params": n_mlp * h * f_moe,
         "full_frac": full_attention_fraction(L, np.maximum(x["sliding_window"], x["attention_chunk"]),
@@ -184,11 +184,10 @@ def _mla_widths(x: dict[str, Array]) -> dict[str, Array]:
     d_qk = nope + rope
     latent_q = (q_lora > 0).astype(np.asarray(d_qk).dtype)
     return {
-        "d_qk": d_qk, "d_v": v, "q_width": a * d_qk, "o_width": a * v, "core": a * (d_qk + v) / 2.0,
+        "q_width": a * d_qk, "o_width": a * v, "core": a * (d_qk + v) / 2.0,
         "attn_in": (1.0 - latent_q) * a * d_qk, "attn_rep": q_lora + kv_lora + rope,
         "up_params": latent_q * q_lora * a * d_qk + kv_lora * a * (nope + v), "up_in": q_lora + kv_lora,
         "up_out": latent_q * a * d_qk + a * (nope + v), "kv_train": a * d_qk + a * v, "kv_cache": kv_lora + rope,
-        "kv_read_heads": 1.0 + 0.0 * a,
     }
 
 
