@@ -55,6 +55,7 @@ def random_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], np.nda
     x["tp"], x["pp"], x["dp"], x["cp"] = pow2(3), pow2(4), pow2(7), pow2(1)
     x["ep"] = np.where(x["experts"] > 1, pow2(3), 1.0)
     x["etp"] = np.zeros(n)  # expert tensor parallel = tp
+    x["moe_imbalance"] = np.ones(n)  # balanced routing
     x["gpus"] = x["tp"] * x["pp"] * x["dp"] * x["cp"]
     x["vpp"] = rng.choice([1.0, 2.0, 3.0, 4.0], n)
     x["sp"] = rng.integers(0, 2, n).astype(np.float64)

@@ -82,6 +82,7 @@ DEFAULTS_DOC: dict[str, str] = {
     "adapter_precision": "16bit (LoRA adapters in the model's 16-bit dtype)",
     "dp_reduce": "reduce_scatter (one collective per gradient bucket)",
     "etp": "tp (expert tensor parallel: experts split like the dense layers)",
+    "moe_imbalance": "1 (balanced routing, as Megatron-Bridge's benchmarks force it)",
     "head_dim": "hidden / heads",
     "attention_kind": "gqa (grouped-query; multi-head when kv_heads = heads)",
     "moe_ffn_hidden": "ffn_hidden (each routed expert as wide as the dense FFN)",
@@ -128,6 +129,10 @@ def fill_defaults(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     fill("lora_rank", DEFAULT_LORA_RANK)
     for key, name in CATEGORICAL_DEFAULTS.items():
         fill(key, float(CATEGORICAL[key].index(name)))
+    if "moe_imbalance" in x:
+        fill("moe_imbalance", 1.0)
+    else:
+        x["moe_imbalance"] = np.ones_like(x["layers"])
     for key in (*ARCHITECTURE_COLUMNS, "etp"):  # optional model columns: empty = not set (0)
         if key in x:
             fill(key, 0.0)

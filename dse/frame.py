@@ -33,7 +33,7 @@ PARALLEL_COLUMNS = ("gpus", "tp", "pp", "dp", "cp", "ep", "vpp")
 TRAIN_COLUMNS = ("sp", "micro_batch", "global_batch", "seq_len", "recompute", "zero", "precision")
 #: Knobs of this model that the reference schema does not have; a table may add them as columns.
 OPTIONAL_KNOBS = ("attention", "tp_overlap", "dp_overlap", "pp_overlap", "tied_embeddings", "lora_targets", "offload",
-                  "decode_kv_reads", "prefill_gpus", "prefill_tp",
+                  "moe_imbalance", "decode_kv_reads", "prefill_gpus", "prefill_tp",
                   "zero3_fetch", "pipeline_split", "layers_first_stage", "layers_last_stage", "doc_len",
                   "kernels", "optimizer", "memory_report", "adapter_precision", "dp_reduce")
 
@@ -324,6 +324,7 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
         raise InputError(f"{_where(source, frame, pos)}, columns 'dp' and 'gpus': both empty; give at least one")
     x.update(ints)
     architecture_inputs(frame, x, source)
+    x["moe_imbalance"] = _at_least_one(frame, "moe_imbalance", source)
     for key in CATEGORICAL:
         x[key] = _categorical(frame, key, source)
     if np.isnan(x["tied_embeddings"]).any():
@@ -489,6 +490,22 @@ def _named_codes(frame: pd.DataFrame, col: str, vocab: tuple[str, ...], source: 
     out = codes.encode(names.to_numpy(), vocab, key=col).astype(np.float64)
     out[blank] = np.nan
     return out
+
+
+def _at_least_one(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
+    """An optional column of finite numbers >= 1 (NaN where empty or absent); InputError naming a bad cell."""
+    if col not in frame.columns:
+        return np.full(len(frame), np.nan)
+    raw = frame[col]
+    blank = _blank(raw)
+    vals = pd.to_numeric(raw.where(~blank, np.nan), errors="coerce").to_numpy(np.float64)
+    bad = ~blank & ~(np.isfinite(vals) & (vals >= 1.0))
+    if bad.any():
+        pos = int(np.flatnonzero(bad)[0])
+        raise InputError(f"{_where(source, frame, pos)}, column {col!r}: value {show(raw.iloc[pos])} is not allowed; "
+                         "allowed: a finite number of at least 1 (the busiest expert GPU's load over the mean), or "
+                         "empty for 1")
+    return vals
 
 
 def _fraction(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:

@@ -54,7 +54,7 @@ INT_AXES: dict[str, tuple[int, int | None]] = {
 #: Categorical axes (besides model and system) and their vocabularies.
 CAT_AXES: dict[str, tuple[str, ...]] = {**{k: v for k, v in CATEGORICAL.items() if k != "mlp"},
                                         "stack": stack_names()}
-GRID_KEYS = ("model", "system", *INT_AXES, *CAT_AXES)
+GRID_KEYS = ("model", "system", *INT_AXES, "moe_imbalance", *CAT_AXES)
 REQUIRED_GRID_KEYS = ("model", "system", "global_batch", "seq_len")
 MODEL_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts", "top_k",
               "tied_embeddings", *ARCHITECTURE_COLUMNS)
@@ -108,10 +108,12 @@ SERVE_INT_AXES: dict[str, tuple[int, int | None]] = {**INFER_INT_AXES, "max_num_
                                                      "concurrency": (1, None), "ep": (1, None),
                                                      "spec_tokens": (0, 8)}
 #: Positive real axes (any task that has them).
-FLOAT_AXES = ("request_rate",)
+FLOAT_AXES = ("request_rate", "moe_imbalance")
+#: Smallest value of a real axis (0: any positive number).
+FLOAT_AXIS_MIN = {"moe_imbalance": 1.0}
 SERVE_CAT_AXES: dict[str, tuple[str, ...]] = {**INFER_CAT_AXES, "decode_kv_reads": DECODE_KV_READS,
                                               "stack": stack_names()}
-SERVE_GRID_KEYS = ("model", "system", *SERVE_INT_AXES, *FLOAT_AXES, *SERVE_CAT_AXES)
+SERVE_GRID_KEYS = ("model", "system", *SERVE_INT_AXES, "request_rate", *SERVE_CAT_AXES)
 SERVE_REQUIRED_GRID_KEYS = ("model", "system", "input_len", "output_len")
 
 TASKS: dict[str, TaskKeys] = {
@@ -252,15 +254,18 @@ def _int_values(path: str, key: str, raw: object, lo: int, hi: int | None) -> li
     return out
 
 
-def _float_values(path: str, key: str, raw: object) -> list[float]:
-    """Positive finite numbers of a real axis (one value or a non-empty list of distinct values)."""
+def _float_values(path: str, key: str, raw: object, lo: float = 0.0) -> list[float]:
+    """Finite numbers above ``lo`` (at least ``lo`` when it is not 0) of a real axis (one value or a non-empty list
+    of distinct values)."""
     values = raw if isinstance(raw, list) else [raw]
-    allowed = "positive finite numbers (requests/s), as one value or a non-empty list"
+    allowed = ("positive finite numbers (requests/s), as one value or a non-empty list" if lo == 0.0 else
+               f"finite numbers of at least {lo:g}, as one value or a non-empty list")
     if not values:
         raise _err(path, key, raw, allowed)
     out = []
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0
+                or v < lo):
             raise _err(path, key, v, allowed)
         out.append(float(v))
     if len(set(out)) != len(out):
@@ -578,7 +583,7 @@ def _subgrid(path: str, key: str, raw: object, model_names: tuple[str, ...],
             axes.append(Axis(name, np.asarray(codes, dtype=np.float64), vocab))
             resolved[name] = [vocab[c] for c in codes]
         elif name in FLOAT_AXES:
-            reals = _float_values(path, akey, value)
+            reals = _float_values(path, akey, value, FLOAT_AXIS_MIN.get(name, 0.0))
             axes.append(Axis(name, np.asarray(reals, dtype=np.float64)))
             resolved[name] = reals
         elif name in keys.cat_axes:

@@ -36,7 +36,7 @@ INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "cp", "ep", "etp",
                  "global_batch", "seq_len", "recompute", "zero", "precision", "attention", "tp_overlap",
                  "dp_overlap", "pp_overlap", "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch",
                  "pipeline_split", "layers_first_stage", "layers_last_stage", "doc_len", "kernels", "optimizer",
-                 "memory_report", "adapter_precision", "dp_reduce", "stack")
+                 "memory_report", "adapter_precision", "dp_reduce", "moe_imbalance", "stack")
 INFER_INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "batch", "input_len", "output_len",
                        "precision", "kv_precision")
 SMALL_INT_COLUMNS = ("sp", "zero", "dp_overlap", "pp_overlap")
@@ -45,7 +45,7 @@ CATEGORY_COLUMNS = {**CATEGORICAL, "kv_precision": codes.KV_PRECISION, "stack": 
 SERVE_INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "batch", "input_len", "output_len",
                        "max_num_tokens", "request_rate", "precision", "kv_precision", "decode_kv_reads",
                        "prefill_gpus", "prefill_tp", "concurrency", "ep", "spec_tokens", "stack")
-FLOAT_INPUT_COLUMNS = ("request_rate",)
+FLOAT_INPUT_COLUMNS = ("request_rate", "moe_imbalance")
 
 
 def tech_columns(spec: Spec) -> tuple[str, ...]:

@@ -136,3 +136,21 @@ def test_mtp_speculative_decoding_speeds_decode_as_deepseek_reports():
     assert 1.4 < speedup < 1.85
     llama = evaluate(pd.DataFrame([{**base, "model": "llama3.3-70b", "spec_tokens": 1}]))
     assert llama["infeasible_reason"].iloc[0] == "spec_tokens needs mtp modules"
+
+
+def test_expert_load_imbalance_paces_the_routed_gemms_and_the_all_to_all():
+    """moe_imbalance = 1.25 (the busiest expert GPU gets 25 % more tokens than the mean, Switch Transformer's
+    capacity factor as an example): the EP all-to-all moves 25 % more bytes; the dense parts do not change."""
+    import pandas as pd
+
+    from dse.frame import evaluate
+
+    row = {"task": "train", "model": "qwen3-235b-a22b", "system": "gb200-nvl72", "gpus": 64, "tp": 1, "pp": 2,
+           "ep": 16, "global_batch": 512, "seq_len": 4096}
+    out = evaluate(pd.DataFrame([row, {**row, "moe_imbalance": 1.25}]))
+    assert out["layer_ep_comm_ms"].iloc[1] > out["layer_ep_comm_ms"].iloc[0]
+    assert out["layer_attention_ms"].iloc[1] == pytest.approx(out["layer_attention_ms"].iloc[0])
+    assert out["layer_gemm_ms"].iloc[1] > out["layer_gemm_ms"].iloc[0]
+    assert out["step_time_s"].iloc[1] > out["step_time_s"].iloc[0]
+    with pytest.raises(Exception, match="moe_imbalance.*at least 1"):
+        evaluate(pd.DataFrame([{**row, "moe_imbalance": 0.8}]))

@@ -324,10 +324,13 @@ def infer_layer_params(r: dict[str, Array], hidden: Array, experts: Array, tp: A
 
 
 def model_input(inputs: Any, key: str) -> Any:
-    """``inputs[key]``; an architecture column (or ``etp``) a caller leaves out is 0: not set."""
+    """``inputs[key]``; an architecture column (or ``etp``) a caller leaves out is 0: not set (``moe_imbalance``:
+    1, balanced)."""
     if key in inputs:
         return inputs[key]
     if key in ARCHITECTURE_COLUMNS or key == "etp":
         return 0.0
+    if key == "moe_imbalance":
+        return 1.0
     raise KeyError(key)
 

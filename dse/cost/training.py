@@ -102,7 +102,7 @@ TRAIN_INPUTS: tuple[str, ...] = (
     "seq_len", "recompute", "zero", "precision", "attention", "tp_overlap", "dp_overlap", "pp_overlap",
     "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch", "pipeline_split", "layers_first_stage",
     "layers_last_stage", "doc_len", "kernels", "optimizer", "memory_report", "adapter_precision", "dp_reduce",
-    *ARCHITECTURE_COLUMNS, "etp",
+    *ARCHITECTURE_COLUMNS, "etp", "moe_imbalance",
 )
 
 #: Metric outputs (NaN on configurations that do not divide).
@@ -266,6 +266,7 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     et = np.where(x["etp"] > 0, x["etp"], t)  # expert tensor parallel (empty: tp)
     any_moe, any_mla, any_mtp = bool((phi > 0).any()), bool(mla_mask(x).any()), bool((x["mtp"] > 0).any())
     ffn_tok = rec["ffn_dense"] + phi * kk * rec["ffn_moe"]  # FFN width one token passes through, mean layer
+    imbalance = np.maximum(x["moe_imbalance"], 1.0)  # the busiest expert GPU's routed tokens over the mean
     m = B / (d * b)  # micro-batches per step
     T = b * s / c  # tokens per GPU per micro-batch
     resid = T * h / (1.0 + sp * (t - 1.0))  # residual-stream elements per GPU
@@ -295,7 +296,9 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
                                                        gemm_bytes(sub(gm), sub(gn), sub(gk), sub(ob), sub(w), 2.0),
                                                        sub(mm_rate), sub(mem_rate))
             return out
-        gemm_fwd = gemm_fwd + on_rows(phi > 0, routed, T)
+        # the GPU with the most tokens routed to its experts paces the layer (moe_imbalance: its load over the
+        # mean, 1 = balanced; the all-to-all below too)
+        gemm_fwd = gemm_fwd + on_rows(phi > 0, lambda sub: sub(imbalance) * routed(sub), T)
     if any_mla:
         def up(sub: Any) -> Array:
             flops, moved = mla_up_projection(sub(T), {k: sub(v) for k, v in rec.items()}, sub(t), sub(ob))
@@ -399,7 +402,7 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     cp_bwd = np.maximum(2.0 * (c - 1.0) * cp_step - attn_bwd, 0.0)
 
     # ---- expert parallel: dispatch + combine all-to-all, forward and backward ---------------------------
-    ep_fwd = phi * 2.0 * alltoall_time(ep_dispatch_bytes(T, h, kk, t, sp), t * c, e, hw)
+    ep_fwd = phi * 2.0 * alltoall_time(imbalance * ep_dispatch_bytes(T, h, kk, t, sp), t * c, e, hw)
     ep_bwd = ep_fwd
 
     # ---- recomputation ----------------------------------------------------------------------------------
