@@ -260,3 +260,34 @@ def test_layer_ops_of_an_mla_moe_model_are_the_kernel_shapes() -> None:
                                                                              rel=1e-6)
     dense_width = (1 - phi) * 18432 + phi * 2048  # dense layers and the shared expert
     assert ops.loc["FFN out", "flops"] == pytest.approx(2 * T * h * dense_width, rel=1e-6)
+
+
+def test_breakdown_panels_share_one_scale_and_thin_parts_are_named(monkeypatch, tmp_path: Path) -> None:
+    """Issue 24's figure review: breakdown_time's panels used different x scales, and a part too thin to see
+    (the optimizer step, a millisecond of a 10-second step) had a legend entry with no visible bar.  The panels now
+    share x, and such a part is named under the legend instead of drawn."""
+    from dse.plots import draw
+
+    data = pd.DataFrame({"label": ["a", "b"], "model": ["m1", "m2"], "time_compute_s": [10.0, 1.0],
+                         "time_bubble_s": [1.0, 0.5], "time_optimizer_s": [0.001, 0.0002]})
+    drawn, hidden = draw.visible_parts(data, ["time_compute_s", "time_bubble_s", "time_optimizer_s"])
+    assert drawn == ["time_compute_s", "time_bubble_s"] and hidden == ["time_optimizer_s"]
+    captured = {}
+
+    def keep(fig, path):
+        captured["fig"] = fig
+        return Path(path)
+
+    monkeypatch.setattr(draw, "save_figure", keep)
+    draw.draw_breakdown(data, "time", tmp_path / "b.png", facet="model")
+    axes = captured["fig"].axes
+    assert axes[0].get_shared_x_axes().joined(axes[0], axes[1])
+    assert "optimizer" in captured["fig"].legends[0].get_title().get_text()
+
+
+def test_serving_titles_name_the_request_shape() -> None:
+    from dse.plots.standard import request_shape
+
+    assert request_shape(pd.DataFrame({"input_len": [1000, 1000], "output_len": [1000, 1000]})) == \
+        " · 1000 in / 1000 out tokens"
+    assert request_shape(pd.DataFrame({"input_len": [1000, 128], "output_len": [1000, 128]})) == ""

@@ -233,18 +233,36 @@ def draw_scaling(data: pd.DataFrame, metric: str, x: str, path: str | Path, hue:
     return save_figure(fig, path)
 
 
+#: A part of a stacked bar thinner than this share of its bar in every row cannot be seen (a few pixels at most).
+VISIBLE_SHARE = 0.005
+
+
+def visible_parts(data: pd.DataFrame, every: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(parts drawn, parts named only): a part is drawn when it is at least VISIBLE_SHARE of its bar's total in
+    some row, named under the legend when it is above zero somewhere but thinner than that everywhere."""
+    present = [p for p in every if p in data.columns and (data[p] > 0).any()]
+    total = data[present].sum(axis=1).to_numpy(dtype=np.float64) if present else np.zeros(len(data))
+    drawn: list[str] = []
+    hidden: list[str] = []
+    for p in present:
+        share = data[p].to_numpy(dtype=np.float64) / np.where(total > 0, total, np.inf)
+        (drawn if (share >= VISIBLE_SHARE).any() else hidden).append(p)
+    return drawn, hidden
+
+
 def draw_breakdown(data: pd.DataFrame, kind: str, path: str | Path, facet: str | None = None,
                    title: str | None = None) -> Path:
     """Draw :func:`breakdown_data` as horizontal stacked bars (one per row, labelled), one panel per ``facet``
-    value; parts that are zero in every row are left out of the legend; memory bars mark the HBM capacity."""
+    value, on one x scale (panels compare); parts too thin to see in every bar (:func:`visible_parts`) are left
+    out of the bars and the legend and named under it; memory bars mark the HBM capacity."""
     every = TIME_BREAKDOWN if kind == "time" else MEMORY_BREAKDOWN
-    parts = [p for p in every if p in data.columns and (data[p] > 0).any()]
+    parts, hidden = visible_parts(data, every)
     unit, factor = ("s", 1.0) if kind == "time" else ("GB", 1e-9)
     facets = _values(data, facet)
     heights = [max(len(_select(data, facet, fv)), 1) for fv in facets]
     longest = max((len(s) for s in data["label"]), default=10)
     fig = new_figure(6.0 + 0.065 * longest, 0.9 + sum(0.3 * h + 0.55 for h in heights))
-    axes = fig.subplots(len(facets), 1, squeeze=False, sharex=kind == "memory",
+    axes = fig.subplots(len(facets), 1, squeeze=False, sharex=True,
                         gridspec_kw={"height_ratios": heights}).ravel()
     palette = color_cycle(len(every))  # a part keeps its colour in every figure
     colors = {p: palette[every.index(p)] for p in parts}
@@ -259,7 +277,7 @@ def draw_breakdown(data: pd.DataFrame, kind: str, path: str | Path, facet: str |
         if kind == "memory" and "capacity_bytes" in part.columns:
             cap = part["capacity_bytes"].to_numpy(dtype=np.float64) * factor
             ax.scatter(cap, ypos, marker="|", s=200, color="k", linewidths=2, zorder=4,
-                       label="HBM capacity (80 GB = 80 GiB)")
+                       label="HBM capacity (vendors' GB are GiB: an 80 GB GPU holds 85.9 GB)")
         ax.set_yticks(ypos, part["label"].tolist(), fontsize=8)
         ax.set_ylim(-0.6, len(part) - 0.4)
         ax.grid(True, axis="x", alpha=0.3)
@@ -272,7 +290,9 @@ def draw_breakdown(data: pd.DataFrame, kind: str, path: str | Path, facet: str |
     order = sorted(range(len(labels)), key=lambda i: labels[i].startswith("HBM"))  # bars first, capacity last
     handles, labels = [handles[i] for i in order], [labels[i] for i in order]
     fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 3),
-               fontsize=8, frameon=False)
+               fontsize=8, frameon=False,
+               title=f"under {VISIBLE_SHARE:.1%} of every bar, not drawn: " + ", ".join(quantity(p)[0] for p in hidden)
+               if hidden else None, title_fontsize=8)
     default = "Step time breakdown (exposed communication)" if kind == "time" else "Memory per GPU (peak stage)"
     fig.suptitle(title or default)
     return save_figure(fig, path)

@@ -192,6 +192,7 @@ def _inference_figures(frame: pd.DataFrame, out: Path, emit: Any, scope: str, fa
       system — interactivity against cost;
     * ``scaling_batch.png`` (≥ 2 batch sizes): the best output tokens/s per GPU per batch size and system.
     """
+    scope = scope + request_shape(frame)
     thr = "output_tokens_per_s_per_gpu:max"
     for lat, name, what in (("e2e_latency_s:min", "pareto_latency_throughput", "request latency"),
                             ("tpot_s:min", "pareto_tpot_throughput", "time per output token")):
@@ -206,6 +207,18 @@ def _inference_figures(frame: pd.DataFrame, out: Path, emit: Any, scope: str, fa
                                 title=f"Best output throughput vs batch (highest over all layouts){scope}"))
 
 
+def request_shape(frame: pd.DataFrame) -> str:
+    """`` · 1000 in / 1000 out tokens`` when every row has one prompt and output length (a title names what the
+    figure was measured at), else empty."""
+    if not {"input_len", "output_len"} <= set(frame.columns):
+        return ""
+    pairs = frame[["input_len", "output_len"]].drop_duplicates()
+    if len(pairs) != 1:
+        return ""
+    s_in, s_out = (int(v) for v in pairs.iloc[0])
+    return f" · {s_in} in / {s_out} out tokens"
+
+
 def _serving_figures(frame: pd.DataFrame, out: Path, emit: Any, scope: str, facet: str | None) -> None:
     """Standard figures of a serving sweep (``task: serve``):
 
@@ -214,6 +227,7 @@ def _serving_figures(frame: pd.DataFrame, out: Path, emit: Any, scope: str, face
     * ``scaling_batch.png`` (>= 2 engine batch sizes): the best output tokens/s per GPU per batch and system.
     """
     objs = ["tokens_per_s_per_user:max", "output_tokens_per_s_per_gpu:max"]
+    scope = scope + request_shape(frame)
     data = pareto_data(frame, objs, by=["model", "system"])
     emit(data, draw_pareto(data, objs, out / "pareto_throughput_interactivity.png", facet=facet, hue="system",
                            title=f"Serving frontier: output throughput per GPU vs tokens/s per user (one front per "
