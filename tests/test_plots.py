@@ -291,3 +291,14 @@ def test_serving_titles_name_the_request_shape() -> None:
     assert request_shape(pd.DataFrame({"input_len": [1000, 1000], "output_len": [1000, 1000]})) == \
         " · 1000 in / 1000 out tokens"
     assert request_shape(pd.DataFrame({"input_len": [1000, 128], "output_len": [1000, 128]})) == ""
+
+
+def test_roofline_markers_sit_on_the_roof_the_model_uses() -> None:
+    """Issue 24's review: the roofline's markers sat on the peak roof while the model times each op on its
+    achieved rates; with those rates given, each op is at min(achieved FLOP/s, achieved bytes/s x intensity)."""
+    from dse.plots import draw
+
+    data = pd.DataFrame({"intensity_flop_per_byte": [10.0, 1000.0], "attainable_flops_per_s": [3e13, 9.9e14]})
+    roof = {"achieved_flops": 6e14, "achieved_bandwidth": 2.5e12}
+    np.testing.assert_allclose(draw.achieved_rate(data, roof), [2.5e13, 6e14])
+    np.testing.assert_allclose(draw.achieved_rate(data, None), [3e13, 9.9e14])

@@ -344,11 +344,21 @@ def _rectangle(x: float, y: float) -> Any:
     return Rectangle((x, y), 1.0, 1.0, fill=False, edgecolor="red", linewidth=2.0, label="best")
 
 
+def achieved_rate(data: pd.DataFrame, achieved: Mapping[str, float] | None) -> np.ndarray:
+    """FLOP/s of each operation on the roof the model uses, min(achieved FLOP/s, achieved bytes/s · I), or on the
+    peak roof (``attainable_flops_per_s``) when no achieved rates are given."""
+    if achieved is None:
+        return data["attainable_flops_per_s"].to_numpy(dtype=np.float64)
+    intensity = data["intensity_flop_per_byte"].to_numpy(dtype=np.float64)
+    return np.minimum(float(achieved["achieved_flops"]), float(achieved["achieved_bandwidth"]) * intensity)
+
+
 def draw_roofline(data: pd.DataFrame, path: str | Path, title: str | None = None,
                   achieved: Mapping[str, float] | None = None) -> Path:
     """Draw :func:`roofline_data` on log-log axes: the roof min(peak, bandwidth · I), the ridge point, every
     operation at its intensity and attainable rate (TFLOP/s); optionally the rates the model achieves
-    (``achieved`` with ``achieved_flops`` and ``achieved_bandwidth``, dashed)."""
+    (``achieved`` with ``achieved_flops`` and ``achieved_bandwidth``, dashed), and then the operations sit on that
+    roof (:func:`achieved_rate`), the one the model times them on."""
     peak = float(data["peak_flops_per_s"].iloc[0])
     bandwidth = float(data["bandwidth_bytes_per_s"].iloc[0])
     ridge = peak / bandwidth
@@ -371,8 +381,9 @@ def draw_roofline(data: pd.DataFrame, path: str | Path, title: str | None = None
             ha="right", va="center", fontsize=8, color="0.3")
     markers = ["o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">"]
     colors = color_cycle(len(data))
+    on_roof = achieved_rate(data, achieved)
     for i, (_, op) in enumerate(data.iterrows()):  # one marker per operation (a handful), for the legend
-        ax.scatter(op["intensity_flop_per_byte"], op["attainable_flops_per_s"] / 1e12, s=60, zorder=3,
+        ax.scatter(op["intensity_flop_per_byte"], on_roof[i] / 1e12, s=60, zorder=3,
                    marker=markers[i % len(markers)], color=colors[i], edgecolors="k", linewidths=0.5,
                    label=f"{op['name']}: {op['intensity_flop_per_byte']:.0f} FLOP/byte, {op['bound']}-bound")
     ax.set_xscale("log")
