@@ -212,16 +212,8 @@ def check_configuration_cells(frame: pd.DataFrame, source: str) -> None:
     for col in CATEGORICAL:
         if col in frame.columns:
             _categorical(frame, col, source)
-    if "request_rate" in frame.columns:
-        raw = frame["request_rate"]
-        blank = _blank(raw)
-        rate = pd.to_numeric(raw.where(~blank, np.nan), errors="coerce").to_numpy(dtype=np.float64)
-        bad = ~blank & ~(np.isfinite(rate) & (rate > 0))
-        if bad.any():
-            pos = int(np.flatnonzero(bad)[0])
-            raise InputError(f"{_where(source, frame, pos)}, column 'request_rate': value {show(raw.iloc[pos])} is not "
-                             "allowed; allowed: a positive finite number of requests/s (or empty for offline, "
-                             "maximum load)")
+    _reals(frame, "request_rate", source, lambda v: v > 0,
+           "a positive finite number of requests/s (or empty for offline, maximum load)")
     check_stack(frame, source)
     if "system" in frame.columns:
         system = frame["system"]
@@ -492,35 +484,33 @@ def _named_codes(frame: pd.DataFrame, col: str, vocab: tuple[str, ...], source: 
     return out
 
 
-def _at_least_one(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
-    """An optional column of finite numbers >= 1 (NaN where empty or absent); InputError naming a bad cell."""
+def _reals(frame: pd.DataFrame, col: str, source: str, valid: Any, allowed: str) -> np.ndarray:
+    """An optional column of real numbers (NaN where empty or absent); InputError naming the first cell that is
+    not a number or for which ``valid`` (a function of the float array) is false, with ``allowed``."""
     if col not in frame.columns:
         return np.full(len(frame), np.nan)
     raw = frame[col]
     blank = _blank(raw)
     vals = pd.to_numeric(raw.where(~blank, np.nan), errors="coerce").to_numpy(np.float64)
-    bad = ~blank & ~(np.isfinite(vals) & (vals >= 1.0))
+    with np.errstate(invalid="ignore"):
+        bad = ~blank & ~(np.isfinite(vals) & valid(vals))
     if bad.any():
         pos = int(np.flatnonzero(bad)[0])
         raise InputError(f"{_where(source, frame, pos)}, column {col!r}: value {show(raw.iloc[pos])} is not allowed; "
-                         "allowed: a finite number of at least 1 (the busiest expert GPU's load over the mean), or "
-                         "empty for 1")
+                         f"allowed: {allowed}")
     return vals
+
+
+def _at_least_one(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
+    """``moe_imbalance``-like columns: finite numbers >= 1 (NaN where empty)."""
+    return _reals(frame, col, source, lambda v: v >= 1.0, "a finite number of at least 1 (the busiest expert GPU's "
+                  "load over the mean), or empty for 1")
 
 
 def _fraction(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
-    """An optional column of numbers in (0, 1) (NaN where empty or absent); InputError naming a bad cell."""
-    if col not in frame.columns:
-        return np.full(len(frame), np.nan)
-    raw = frame[col]
-    blank = _blank(raw)
-    vals = pd.to_numeric(raw.where(~blank, np.nan), errors="coerce").to_numpy(np.float64)
-    bad = ~blank & ~((vals > 0) & (vals < 1))
-    if bad.any():
-        pos = int(np.flatnonzero(bad)[0])
-        raise InputError(f"{_where(source, frame, pos)}, column {col!r}: value {show(raw.iloc[pos])} is not allowed; "
-                         "allowed: a number between 0 and 1 (exclusive), or empty for the default")
-    return vals
+    """Numbers in (0, 1) (NaN where empty)."""
+    return _reals(frame, col, source, lambda v: (v > 0) & (v < 1),
+                  "a number between 0 and 1 (exclusive), or empty for the default")
 
 
 def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -535,12 +525,9 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     frame["batch"] = batch.astype(object).where(~blank_batch, 1)
     x, systems = infer_inputs(frame, source, task="serve")
     x["batch"] = np.where(blank_batch, np.nan, x["batch"])
-    empty = pd.Series([np.nan] * n, index=frame.index, dtype=object)
-    work = frame.assign(**{k: frame[k] if k in frame.columns else empty for k in ("max_num_tokens", "request_rate")})
     x["max_num_tokens"] = _integers(frame, "max_num_tokens", source)
-    check_configuration_cells(work[["request_rate"]], source)  # a positive finite number or empty
-    rate = work["request_rate"]
-    x["request_rate"] = pd.to_numeric(rate.where(~_blank(rate), np.nan), errors="coerce").to_numpy(np.float64)
+    x["request_rate"] = _reals(frame, "request_rate", source, lambda v: v > 0,
+                               "a positive finite number of requests/s (or empty for offline, maximum load)")
     x["kv_memory_fraction"] = np.full(n, np.nan)
     x["kv_block_tokens"] = np.full(n, np.nan)
     x["cuda_graphs"] = np.full(n, np.nan)

@@ -106,7 +106,7 @@ class TaskKeys:
 SERVE_INT_AXES: dict[str, tuple[int, int | None]] = {**INFER_INT_AXES, "max_num_tokens": (1, None),
                                                      "prefill_gpus": (1, None), "prefill_tp": (1, None),
                                                      "concurrency": (1, None), "ep": (1, None),
-                                                     "spec_tokens": (0, 8)}
+                                                     "spec_tokens": (0, None)}
 #: Positive real axes (any task that has them).
 FLOAT_AXES = ("request_rate", "moe_imbalance")
 #: Smallest value of a real axis (0: any positive number).
