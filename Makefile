@@ -68,7 +68,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m dse.bench
-	$(BIN)/python -m dse.bench_pareto
+	$(BIN)/python -m dse.bench.pareto
 
 lint: $(STAMP)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'

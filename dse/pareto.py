@@ -40,7 +40,7 @@ Algorithms (all numpy, no Python loop over rows):
   front F is small (sweep data; random data of 10⁶ rows and 3–4 objectives has F ~ 10²–10³), quadratic when
   nearly every point is on the front.
 
-Speed (``python -m dse.bench_pareto``, one core of the 2-core development machine): 2 objectives, 10⁷ rows:
+Speed (``python -m dse.bench.pareto``, one core of the 2-core development machine): 2 objectives, 10⁷ rows:
 0.5 s uniform random, 0.5 s nearly anti-correlated (40 000 front points), 2–3 s when every row is on the front
 (the pre-filter removes nothing and the full sort runs); 3 objectives, 10⁶ rows: 0.1 s uniform random, 3 s
 with every row on the front.

@@ -102,7 +102,7 @@ def test_mostly_distinct_rows_give_the_row_by_row_result(typed):
     """Issue 24: a table of mostly distinct rows is evaluated with each text column as its distinct cells
     (checked, parsed and looked up once per cell); its values, dtypes and column order are those of the plain
     path, and a bad cell is still named by its first row."""
-    from dse.bench import distinct_table
+    from dse.bench.kernels import distinct_table
     from dse.cells import factorized
 
     big = distinct_table(6000, typed=typed)
@@ -125,3 +125,21 @@ def test_stacks_does_not_import_frame():
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     assert "dse.frame" not in imported and "dse.cells" in imported
+
+
+def test_benchmark_modules_live_together_apart_from_the_model_code():
+    """Issue 24: bench.py, bench_pareto.py and bench_figures.json lived among the model's modules; they are one
+    package, dse/bench/, and no module outside it imports it (the model never depends on its benchmarks)."""
+    import ast
+
+    root = Path(__file__).parents[1] / "dse"
+    assert {p.name for p in (root / "bench").iterdir()} >= {"__init__.py", "__main__.py", "kernels.py", "pareto.py",
+                                                           "figures.json"}
+    assert not [p.name for p in root.glob("bench*") if p.name != "bench"]
+    for path in root.rglob("*.py"):
+        if "bench" in path.relative_to(root).parts:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        assert not {m for m in imported if m == "dse.bench" or m.startswith("dse.bench.")}, path

@@ -106,8 +106,8 @@ def test_stack_profile_table_matches_the_profiles():
 
 
 def test_speed_table_is_the_recorded_bench_output():
-    """The README's speed table is what ``make bench`` last recorded (dse/bench_figures.json), not prose."""
-    from dse.bench import BEGIN, END, ORDER, load_records, render_table
+    """The README's speed table is what ``make bench`` last recorded (dse/bench/figures.json), not prose."""
+    from dse.bench.kernels import BEGIN, END, ORDER, load_records, render_table
 
     records = load_records()
     keys = {r["key"] for r in records}
@@ -117,7 +117,7 @@ def test_speed_table_is_the_recorded_bench_output():
 
 
 def test_save_records_regenerates_only_the_marked_block(tmp_path):
-    from dse.bench import BEGIN, END, record, save_records
+    from dse.bench.kernels import BEGIN, END, record, save_records
 
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{BEGIN}\nold\n{END}\nrest\n", encoding="utf-8")

@@ -228,7 +228,7 @@ def test_closed_form_fixed_point_is_exact_for_dense_models():
     form already is the fixed point X = min(λ·t(X), cap) (checked against the iterated solution)."""
     import numpy as np
 
-    from dse.bench import random_serve_configs
+    from dse.bench.kernels import random_serve_configs
     from dse.cost import serving
     from dse.hardware import catalog as hwcat
 

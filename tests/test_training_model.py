@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import dse
 from dse import codes
-from dse.bench import random_configs
+from dse.bench.kernels import random_configs
 from dse.cost.training import (
     LAYER_BREAKDOWN,
     MEMORY_BREAKDOWN,
@@ -234,7 +234,7 @@ def test_kernels_compute_in_float32_end_to_end():
     """Every metric of the training, inference and serving kernels stays in the float32 working dtype.  A bool mask
     times a Python float is float64 (NEP 50) and turns every term it touches float64, which halved the kernels'
     speed without changing a printed digit; only a dtype check catches it."""
-    from dse.bench import DTYPE, random_serve_configs
+    from dse.bench.kernels import DTYPE, random_serve_configs
     from dse.cost.inference import INFER_INPUTS, _infer
     from dse.cost.training import _train_step
 

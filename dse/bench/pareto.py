@@ -1,6 +1,6 @@
 """Benchmark of :func:`dse.pareto.pareto_mask` on one core, against the ``paretoset`` package when installed.
 
-``python -m dse.bench_pareto [--rows 10000000] [--budget 60]``
+``python -m dse.bench.pareto [--rows 10000000] [--budget 60]``
 
 Data sets of N rows (seeded):
 
@@ -119,13 +119,13 @@ def format_results(results: list[dict[str, object]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dse.bench_pareto", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m dse.bench.pareto", description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=10**7, help="rows of the 2-objective data sets (default 1e7)")
     parser.add_argument("--budget", type=float, default=60.0,
                         help="seconds allowed for one paretoset call (estimated before running it)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-record", action="store_true",
-                        help="do not write dse/bench_figures.json and the README's speed table")
+                        help="do not write dse/bench/figures.json and the README's speed table")
     args = parser.parse_args(argv)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     results = run(args.rows, args.budget, args.seed)
     print(format_results(results))
     if not args.no_record:
-        from dse.bench import save_records
+        from dse.bench.kernels import save_records
 
         save_records(summary_records(results))
     return 0
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def summary_records(results: list[dict[str, object]]) -> list[dict[str, str]]:
     """Two rows of the README's speed table: the largest size of each data set, with paretoset beside it."""
-    from dse.bench import record, sci
+    from dse.bench.kernels import record, sci
 
     def largest(kind: str) -> dict[str, object]:
         return max((r for r in results if r["data"] == kind), key=lambda r: int(str(r["rows"])))
@@ -154,7 +154,7 @@ def summary_records(results: list[dict[str, object]]) -> list[dict[str, str]]:
     u, a, u3, s3 = (largest(k) for k in ("uniform", "anti", "uniform3", "sphere3"))
     return [
         record("pareto_2", f"Pareto front, one core, 2 objectives, {sci(float(str(u['rows'])))} rows "
-               "(`python -m dse.bench_pareto`)",
+               "(`python -m dse.bench.pareto`)",
                f"{u['pareto_mask_s']:.2f} s uniform random (front {u['front']}), {a['pareto_mask_s']:.2f} s nearly "
                f"anti-correlated (front {a['front']:,}); `paretoset`: {theirs(u)} and {theirs(a)}"),
         record("pareto_3", f"Pareto front, 3 objectives, {sci(float(str(u3['rows'])))} rows",
