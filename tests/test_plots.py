@@ -302,3 +302,36 @@ def test_roofline_markers_sit_on_the_roof_the_model_uses() -> None:
     roof = {"achieved_flops": 6e14, "achieved_bandwidth": 2.5e12}
     np.testing.assert_allclose(draw.achieved_rate(data, roof), [2.5e13, 6e14])
     np.testing.assert_allclose(draw.achieved_rate(data, None), [3e13, 9.9e14])
+
+
+def test_roofline_places_the_memory_bound_kernels_the_model_times() -> None:
+    """Issue 24's figure review: the roofline showed GEMMs and attention only; the norms, bias-dropout-adds, FFN
+    activation, unfused softmax and fp8 casts, which the model times at HBM bandwidth, were missing.  Their bytes
+    are the model's per-element counts: Llama 3 70B, tp 8 with sp, T = 8192: the residual stream has T·h/8
+    elements, 2 norms x (read 2 + write 2) and 2 bias-dropout-adds x 7 bytes (22 = RESIDUAL_FWD_BYTES); SwiGLU
+    reads gate and up and writes one (6 bytes per T·ffn/8 element); fp8 casts 4 bytes per T·(2h + ffn)/8."""
+    from dse.cost import constants as K
+
+    ops = plots.layer_ops({"model": "llama3-70b", "tp": 8, "sp": 1, "micro_batch": 1, "seq_len": 8192,
+                           "precision": "fp8"}).set_index("name")
+    T, h, f = 8192, 8192, 28672
+    resid = T * h / 8
+    assert ops.loc["2 norms (RMSNorm)", "bytes"] == pytest.approx(2 * 4 * resid)
+    assert ops.loc["2 bias-dropout-adds", "bytes"] == pytest.approx(2 * 7 * resid)
+    assert (ops.loc["2 norms (RMSNorm)", "bytes"] + ops.loc["2 bias-dropout-adds", "bytes"]
+            == pytest.approx(K.RESIDUAL_FWD_BYTES * resid))
+    assert ops.loc["FFN activation (SwiGLU)", "bytes"] == pytest.approx(6 * T * f / 8)
+    assert ops.loc["cast-transposes (fp8)", "bytes"] == pytest.approx(4 * T * (2 * h + f) / 8)
+    roof = plots.gpu_roof("h100-sxm-80gb", "fp8")
+    data = plots.roofline_data(ops.reset_index(), roof["peak_flops"], roof["bandwidth"]).set_index("name")
+    elementwise = ["2 norms (RMSNorm)", "2 bias-dropout-adds", "FFN activation (SwiGLU)", "cast-transposes (fp8)"]
+    assert (data.loc[elementwise, "bound"] == "memory").all()
+    assert (data.loc[elementwise, "intensity_flop_per_byte"] < 3).all()
+    # unfused attention: the two score GEMMs move 4 bytes per score element, softmax and dropout the other 9
+    gpt = plots.layer_ops({"model": "gpt3-175b", "tp": 8, "micro_batch": 1, "seq_len": 2048,
+                           "attention": "standard"}).set_index("name")
+    scores = 1 * (96 / 8) * 2048 * 2048
+    assert gpt.loc["attention core (unfused QKᵀ and AV)", "bytes"] == pytest.approx(4 * scores)
+    assert gpt.loc["scale-mask-softmax + dropout", "bytes"] == pytest.approx(
+        (K.STANDARD_ATTENTION_FWD_BYTES - 4) * scores)
+    assert "2 norms (LayerNorm)" in gpt.index and "FFN activation (GELU)" in gpt.index

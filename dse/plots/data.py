@@ -161,9 +161,13 @@ def layer_ops(config: Mapping[str, Any]) -> pd.DataFrame:
     weighted by the share of layers that run it, ``2·m·n·k`` FLOPs and ``m·k·in + k·n·w + m·n·2`` bytes
     (:func:`dse.cost.compute.gemm_bytes`), T = b·s/cp.  FlashAttention: ``4·b·(s/cp)·keys·core/tp`` FLOPs (keys:
     :func:`~dse.cost.architecture.causal_keys`) and Q, K, V, O streamed once in 16 bits (the IO lower bound of
-    Dao et al. 2022); unfused attention: ``4·b·s²·core/tp`` FLOPs and ``STANDARD_ATTENTION_FWD_BYTES`` per score
-    element.  Element-wise kernels have no FLOPs in the model and are left out.  ``config`` holds a catalogued
-    ``model`` name or the dimensions, and the layout columns.
+    Dao et al. 2022); unfused attention: ``4·b·s²·core/tp`` FLOPs and the 4 bytes per score element its two
+    GEMMs move (QKᵀ writes 2, AV reads 2).  The memory-bound kernels the model times at HBM bandwidth
+    (:mod:`dse.cost.training`, bytes from :mod:`dse.cost.constants`) are placed too, with the FLOPs their formulas
+    do per element (:data:`ELEMENTWISE_FLOPS`): the two norms and the two bias-dropout-adds of the residual stream
+    (T·h/sp elements), the FFN activation (T·ffn/tp elements), the unfused softmax and dropout over the score
+    matrix, and fp8's cast-transpose kernels.  ``config`` holds a catalogued ``model`` name or the dimensions,
+    and the layout columns.
     """
     from dse.codes import ATTENTION_KIND, MLP
     from dse.cost.architecture import (
@@ -223,18 +227,67 @@ def layer_ops(config: Mapping[str, Any]) -> pd.DataFrame:
         moved.append(float(b_up))
     core = float(rec["core"])
     if str(c.get("attention", "flash")) == "standard":
-        names.append("attention core (unfused)")
+        names.append("attention core (unfused QKᵀ and AV)")  # its softmax and dropout: elementwise_ops
         flops.append(4.0 * b * s * s * core / t)
-        moved.append(K.STANDARD_ATTENTION_FWD_BYTES * b * (a / t) * s * s)
+        moved.append(STANDARD_SCORE_GEMM_BYTES * b * (a / t) * s * s)
     else:
         keys = float(causal_keys(np.asarray(s), rec["window"], rec["full_frac"], K.CAUSAL_FRACTION, rec["chunk"]))
         names.append("attention core (flash)")
         flops.append(4.0 * b * (s / cp) * keys * core / t)
         moved.append(2.0 * (2.0 * b * (s / cp) * float(rec["q_width"]) / t + b * s * float(rec["kv_train"]) / t))
+    names_ew, flops_ew, moved_ew = elementwise_ops(T, h, t, num("sp", 0.0) > 0, float(rec["n_mlp"]) == 3,
+                                                   float(rec["ffn_dense"] + rec["moe_frac"] * topk * rec["ffn_moe"]),
+                                                   precision, b * (a / t) * s * s
+                                                   if str(c.get("attention", "flash")) == "standard" else 0.0)
+    names += names_ew
+    flops += flops_ew
+    moved += moved_ew
     names.append("logits (last stage)")
     flops.append(float(gemm_flops(T, V / t, h)))
     moved.append(float(gemm_bytes(T, V / t, h, 2.0, 2.0, 2.0)))
     return pd.DataFrame({"name": names, "flops": flops, "bytes": moved})
+
+
+#: FLOPs per element of the memory-bound kernels, counted from their formulas (they are only placed on the
+#: roofline's x axis; the model times these kernels by their bytes): RMSNorm x·rsqrt(mean(x²) + ε)·g: square,
+#: sum, scale, gain (4); LayerNorm adds the mean's subtraction, the variance's and the shift (7); bias-dropout-add
+#: bias, mask, 1/(1−p) scale, residual (4); GELU's tanh form 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) (8, tanh
+#: counted as one); SwiGLU silu(g)·u = g·u/(1 + exp(−g)) (4); scale-mask-softmax: scale, mask, max, subtract,
+#: exp, sum, divide (7) and dropout (2); fp8 cast-transpose: amax and scale (2).
+#: Bytes per score element the unfused attention's two GEMMs move (QKᵀ writes the scores, AV reads the
+#: probabilities: 2 + 2); the other 9 of ``STANDARD_ATTENTION_FWD_BYTES`` are the softmax's and dropout's.
+STANDARD_SCORE_GEMM_BYTES = 4.0
+ELEMENTWISE_FLOPS = {"rmsnorm": 4.0, "layernorm": 7.0, "bias_dropout_add": 4.0, "gelu": 8.0, "swiglu": 4.0,
+                     "softmax_dropout": 9.0, "cast": 2.0}
+
+
+def elementwise_ops(T: float, h: float, t: float, sp: bool, gated: bool, ffn_tok: float, precision: str,
+                    scores: float) -> tuple[list[str], list[float], list[float]]:
+    """The forward's memory-bound kernels of one layer on one GPU, as (names, FLOPs, bytes), with the bytes per
+    element the training model charges (:mod:`dse.cost.constants`): norms (read 2, write 2) and bias-dropout-adds
+    (7) over the residual stream's T·h/sp elements, the FFN activation (``ACTIVATION_FWD_BYTES_*``) over T·ffn/tp,
+    the unfused score matrix's softmax and dropout (the 13 bytes of ``STANDARD_ATTENTION_FWD_BYTES`` less the 4
+    its two GEMMs move) and fp8's cast-transposes (``LOW_PRECISION_CAST_BYTES``).  A gated (SwiGLU) model is taken
+    to use RMSNorm (Llama, Qwen, Mistral, DeepSeek) and a GELU one LayerNorm (GPT-3, Megatron's GPT)."""
+    resid = T * h / (t if sp and t > 1 else 1.0)
+    act = T * ffn_tok / t
+    norm = "rmsnorm" if gated else "layernorm"
+    F = ELEMENTWISE_FLOPS
+    names = [f"2 norms ({'RMSNorm' if gated else 'LayerNorm'})", "2 bias-dropout-adds",
+             "FFN activation (" + ("SwiGLU" if gated else "GELU") + ")"]
+    flops = [2.0 * F[norm] * resid, 2.0 * F["bias_dropout_add"] * resid, F["swiglu" if gated else "gelu"] * act]
+    moved = [2.0 * 4.0 * resid, 2.0 * 7.0 * resid,
+             (K.ACTIVATION_FWD_BYTES_SWIGLU if gated else K.ACTIVATION_FWD_BYTES_2MAT) * act]
+    if scores > 0:
+        names.append("scale-mask-softmax + dropout")
+        flops.append(F["softmax_dropout"] * scores)
+        moved.append((K.STANDARD_ATTENTION_FWD_BYTES - STANDARD_SCORE_GEMM_BYTES) * scores)
+    if precision in ("fp8", "fp4"):
+        names.append("cast-transposes (" + precision + ")")
+        cast_elems = T * (2.0 * h + ffn_tok) / t
+        flops.append(F["cast"] * cast_elems)
+        moved.append((K.LOW_PRECISION_CAST_BYTES if precision == "fp8" else K.NVFP4_CAST_BYTES) * cast_elems)
+    return names, flops, moved
 
 
 def gpu_roof(system: str, precision: str = "bf16") -> dict[str, float]:

@@ -344,6 +344,12 @@ def _rectangle(x: float, y: float) -> Any:
     return Rectangle((x, y), 1.0, 1.0, fill=False, edgecolor="red", linewidth=2.0, label="best")
 
 
+def intensity_text(value: float) -> str:
+    """An arithmetic intensity as a legend writes it: whole FLOP/byte with thousands separators from 10 up
+    (3,955), two significant digits below (0.57)."""
+    return f"{value:,.0f}" if value >= 10 else f"{value:.2g}"
+
+
 def achieved_rate(data: pd.DataFrame, achieved: Mapping[str, float] | None) -> np.ndarray:
     """FLOP/s of each operation on the roof the model uses, min(achieved FLOP/s, achieved bytes/s · I), or on the
     peak roof (``attainable_flops_per_s``) when no achieved rates are given."""
@@ -385,12 +391,13 @@ def draw_roofline(data: pd.DataFrame, path: str | Path, title: str | None = None
     for i, (_, op) in enumerate(data.iterrows()):  # one marker per operation (a handful), for the legend
         ax.scatter(op["intensity_flop_per_byte"], on_roof[i] / 1e12, s=60, zorder=3,
                    marker=markers[i % len(markers)], color=colors[i], edgecolors="k", linewidths=0.5,
-                   label=f"{op['name']}: {op['intensity_flop_per_byte']:.0f} FLOP/byte, {op['bound']}-bound")
+                   label=f"{op['name']}: {intensity_text(op['intensity_flop_per_byte'])} FLOP/byte, "
+                         f"{op['bound']}-bound")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_ylim(bottom, peak / 1e12 * 3)
-    plain_log(ax.xaxis)
+    plain_log(ax.xaxis, (1.0,) if hi / lo > 1e4 else (1.0, 2.0, 5.0))  # six decades: 1, 2, 5 labels collide
     plain_log(ax.yaxis)
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("attainable performance (TFLOP/s)")
