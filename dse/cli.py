@@ -514,13 +514,15 @@ def cmd_systems(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dse", description="Analytical performance model of distributed LLM "
-                                     "training: explain one configuration, validate against measured runs.")
+    parser = argparse.ArgumentParser(prog="dse", description=(
+        "Analytical performance model of LLM training, fine-tuning, inference and serving on GPU clusters: "
+        "explain one configuration, sweep millions of them, validate against measured runs."))
     cal_help = "efficiency constants from `dse calibrate` (default: the shipped ones)"
     parser.add_argument("--version", action="version", version=f"dse {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    ex = sub.add_parser("explain", help="time and memory breakdown of one configuration (training or inference)")
+    ex = sub.add_parser("explain", help="time and memory breakdown of one configuration "
+                                        "(train, fine-tune, infer or serve)")
     ex.add_argument("-f", "--config", help="YAML file with configuration keys (flags override it)")
     for key, kind in EXPLAIN_OPTIONS.items():
         ex.add_argument(f"--{key.replace('_', '-')}", dest=key, metavar=kind.split(" ")[0].upper()

@@ -714,3 +714,16 @@ def test_a_closed_pipe_ends_quietly():
     err = proc.stderr.read().decode()
     proc.stderr.close()
     assert (proc.wait(timeout=60), err) == (141, "")
+
+
+def test_help_names_every_task(capsys):
+    """Issue 24: `dse --help` said "distributed LLM training" only; a newcomer planning serving read no further."""
+    import pytest as _pytest
+
+    from dse.cli import main
+
+    with _pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for word in ("training", "fine-tuning", "inference", "serving"):
+        assert word in text, word

@@ -127,3 +127,44 @@ def test_save_records_regenerates_only_the_marked_block(tmp_path):
     text = readme.read_text(encoding="utf-8")
     assert text.startswith("intro\n") and text.endswith(f"{END}\nrest\n")
     assert "| bench a | 3 s |" in text and "| bench b | 2 s |" in text and "old" not in text
+
+
+def test_axis_and_column_tables_are_generated_from_the_code():
+    """Issue 24: the README's axis list omitted finetune, lora_rank, offload, the technology axes, every serving
+    axis, ...; its column list omitted max_num_tokens, request_rate, ... and called nullable columns int32 where
+    pandas reads float64.  Both are now rendered from dse.spec.TASKS and dse.sweep.schema (python -m dse.docs)."""
+    from dse import docs
+    from dse.spec import TASKS
+
+    assert docs.render(README) == README, "run: python -m dse.docs"
+    axes = _section(docs.BEGIN_AXES, docs.END)
+    for keys in TASKS.values():
+        for name in keys.grid_keys:
+            assert f"| `{name}` |" in axes, name
+    assert "float64 when the part holds a null" in _section(docs.BEGIN_COLUMNS, docs.END)
+
+
+def test_int32_columns_with_a_null_read_as_float64_as_documented(tmp_path):
+    """The columns table's pandas dtypes are what pd.read_parquet gives: a nullable int32 column reads float64
+    only where a null is written (layers_last_stage here), int32 otherwise, dictionaries as category."""
+    import pandas as pd
+    import yaml
+
+    from dse.cli import main
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"name": "t", "task": "train", "grid": {
+        "model": "llama3-8b", "system": "h100-sxm-80gb", "gpus": 8, "seq_len": 4096, "global_batch": 64,
+        "pp": 2, "layers_first_stage": 15}, "constraints": {"divisible": False}}))
+    assert main(["run", str(spec), "-o", str(tmp_path / "d"), "-q"]) == 0
+    df = pd.read_parquet(tmp_path / "d")
+    assert str(df["layers_first_stage"].dtype) == "int32" and str(df["layers_last_stage"].dtype) == "float64"
+    assert str(df["model"].dtype) == "category" and str(df["sp"].dtype) == "int8"
+
+
+def test_shipped_spaces_paragraph_names_every_space():
+    """Issue 24: "Shipped spaces" named 5 of the 10 files in spaces/."""
+    start = README.index("Shipped spaces:")
+    paragraph = README[start:README.index("\n\n", start)]
+    for path in (Path(__file__).parents[1] / "spaces").glob("*.yaml"):
+        assert f"`{path.name}`" in paragraph, path.name
