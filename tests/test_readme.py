@@ -74,11 +74,13 @@ def test_every_infeasible_reason_is_documented():
 
 def test_case_file_section_matches_the_reader():
     from dse.stacks import STACKS
+    from dse.frame import OPTIONAL_KNOBS
     from dse.validation.validate import METRICS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TASKS
 
     section = _section("## Case files", "## Validation")
     named = set(re.findall(r"`([a-z0-9_.\-]+)`", section))
-    for col in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS, *METRICS, *TASKS, *STACKS):
+    # issue 24: every column the reader accepts, the knobs included (prefill_gpus, decode_kv_reads, ... were not)
+    for col in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS, *OPTIONAL_KNOBS, *METRICS, *TASKS, *STACKS):
         assert col in named, col
     assert not [c for c in named if c.startswith(("nemo-", "megatron-", "tensorrt-", "deepspeed-")) and c not in STACKS]
 
