@@ -32,7 +32,7 @@ def test_repeated_rows_give_the_row_by_row_result(text):
         big = big.astype(str).astype("string[pyarrow]")
     assert _distinct_rows(big) is not None  # the fast path runs
     fast = evaluate(big)
-    slow = _evaluate(big)
+    slow = pd.concat([big, _evaluate(big)], axis=1)  # every row evaluated (_evaluate gives the added columns)
     pd.testing.assert_frame_equal(fast, slow)
     assert list(fast.index) == list(big.index)
 
@@ -109,8 +109,12 @@ def test_mostly_distinct_rows_give_the_row_by_row_result(typed):
     assert _distinct_rows(big) is None  # mostly distinct: the factorized path runs
     assert any(isinstance(t, pd.CategoricalDtype) for t in factorized(big).dtypes)
     fast = evaluate(big)
-    slow = _evaluate(big)
+    slow = pd.concat([big, _evaluate(big)], axis=1)  # plain path: no factorized cells
     pd.testing.assert_frame_equal(fast, slow)
+    # row by row: each row alone (one-row frames, below any tile or de-duplication) gives the same values
+    picks = np.random.default_rng(1).choice(len(big), 40, replace=False)
+    alone = pd.concat([evaluate(big.iloc[[i]]) for i in picks])
+    pd.testing.assert_frame_equal(fast.iloc[picks], alone, check_dtype=False, check_categorical=False)
     bad = big.astype({"tp": object})
     bad.iloc[4321, bad.columns.get_loc("tp")] = "seven"
     with pytest.raises(InputError, match=r"row index 4321.*column 'tp': value 'seven'"):

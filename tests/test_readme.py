@@ -73,8 +73,8 @@ def test_every_infeasible_reason_is_documented():
 
 
 def test_case_file_section_matches_the_reader():
-    from dse.stacks import STACKS
     from dse.frame import OPTIONAL_KNOBS
+    from dse.stacks import STACKS
     from dse.validation.validate import METRICS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TASKS
 
     section = _section("## Case files", "## Validation")
