@@ -22,6 +22,17 @@ import pyarrow.compute as pc
 FACTORIZE_FROM_ROWS = 1024
 
 
+def constant(n: int, value: float) -> np.ndarray:
+    """A read-only float64 column of ``n`` equal values without allocating them (a stride-0 view): what a table's
+    absent column becomes, so that a default, a check or a kernel tile reads one cached value instead of n."""
+    return np.broadcast_to(np.float64(value), (n,))
+
+
+def is_constant(arr: np.ndarray) -> bool:
+    """True for a :func:`constant` column (a 1-D stride-0 view with at least one row)."""
+    return arr.ndim == 1 and len(arr) > 0 and arr.strides[0] == 0
+
+
 def is_categorical(series: pd.Series) -> bool:
     return isinstance(series.dtype, pd.CategoricalDtype)
 

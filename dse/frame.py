@@ -23,7 +23,13 @@ from dse.cost.architecture import ARCHITECTURE_COLUMNS, ARCHITECTURE_INTEGERS, A
 from dse.cost.inference import INFER_METRICS, infer_step
 from dse.cost.select import INT_DOMAIN_MAX
 from dse.cost.training import TRAIN_METRICS, train_step
-from dse.defaults import CATEGORICAL, CATEGORICAL_DEFAULTS, DEFAULTS_DOC, fill_defaults  # noqa: F401 (re-export)
+from dse.defaults import (  # noqa: F401 (re-export)
+    CATEGORICAL,
+    CATEGORICAL_DEFAULTS,
+    DEFAULTS_DOC,
+    fill_defaults,
+    nan_to,
+)
 from dse.hardware import catalog as hwcat
 from dse.models.catalog import models as model_catalog
 from dse.stacks import apply_stack, fill_serving_settings, stack_names
@@ -105,7 +111,7 @@ def _integers(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
     """Column as float64 with NaN for empty cells (all NaN when ``frame`` has no such column); raises
     InputError on a non-integer or out-of-range value."""
     if col not in frame.columns:
-        return np.full(len(frame), np.nan)
+        return cells.constant(len(frame), np.nan)
     raw = frame[col]
     if cells.is_categorical(raw):  # checked once per distinct cell; a bad one is named by its first row
         return _per_distinct_cell(frame, col, source, _integers)
@@ -150,7 +156,7 @@ def _categorical(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
     """Codes of a categorical column as float64, NaN for empty cells (filled by :func:`fill_defaults`; all NaN
     when ``frame`` has no such column)."""
     if col not in frame.columns:
-        return np.full(len(frame), np.nan)
+        return cells.constant(len(frame), np.nan)
     raw = frame[col]
     if cells.is_categorical(raw):
         return _per_distinct_cell(frame, col, source, _categorical)
@@ -248,7 +254,7 @@ def architecture_inputs(frame: pd.DataFrame, x: dict[str, np.ndarray], source: s
     for k in (*ARCHITECTURE_INTEGERS, "etp"):
         x[k] = _integers(frame, k, source)
     x["attention_kind"] = (_named_codes(frame, "attention_kind", codes.ATTENTION_KIND, source)
-                           if "attention_kind" in frame.columns else np.full(len(frame), np.nan))
+                           if "attention_kind" in frame.columns else cells.constant(len(frame), np.nan))
     for bad, col, allowed in architecture_errors(x):
         if bad.any():
             pos = int(np.flatnonzero(bad)[0])
@@ -256,7 +262,7 @@ def architecture_inputs(frame: pd.DataFrame, x: dict[str, np.ndarray], source: s
             raise InputError(f"{_where(source, frame, pos)}, column {col!r}: value {show(value)} is not allowed; "
                              f"allowed: {allowed}")
     for k in (*ARCHITECTURE_COLUMNS, "etp"):
-        x[k] = np.nan_to_num(x[k], nan=0.0)
+        x[k] = nan_to(x[k], 0.0)
 
 
 def tied_embeddings_default(frame: pd.DataFrame, dims: Mapping[str, np.ndarray]) -> np.ndarray:
