@@ -136,9 +136,14 @@ def to_float(raw: pd.Series, empty: np.ndarray) -> np.ndarray:
 
 def lower_names(raw: pd.Series, empty: np.ndarray, default: str) -> pd.Series:
     """Cells as stripped lower-case names (``default`` where ``empty``), vectorized through Arrow strings."""
-    if is_categorical(raw):
-        names = on_distinct(raw, lambda cells: lower_names(cells, blank(cells), default).to_numpy(dtype=object))
-        return pd.Series(names, index=raw.index, dtype=object)
+    if is_categorical(raw):  # per distinct cell, and a Categorical again: comparisons and uniques on codes
+        cat = raw.array
+        distinct = np.append(cat.categories.to_numpy(dtype=object), np.array([None], dtype=object))
+        cells = pd.Series(distinct, dtype="object")
+        remap, uniques = pd.factorize(lower_names(cells, blank(cells), default).to_numpy(dtype=object))
+        codes = np.asarray(cat.codes)
+        new = remap[np.where(codes < 0, len(cells) - 1, codes)]  # the missing cell is the last distinct one
+        return pd.Series(pd.Categorical.from_codes(new, dtype=pd.CategoricalDtype(pd.Index(uniques))), index=raw.index)
     text = arrow_text(raw)
     if text is not None:
         names = pc.utf8_lower(pc.utf8_trim_whitespace(text)).cast(pa.string())

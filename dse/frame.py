@@ -194,18 +194,21 @@ def _fill_dimensions_from_catalog(frame: pd.DataFrame, source: str = "<frame>") 
     if not known.any():
         return frame
     frame = frame.copy(deep=False)  # columns are replaced, never changed in place (copy-on-write)
+    model = frame["model"]  # the catalogued models the table names (few): its categories, or the rows' positions
+    models = _catalog_position(pd.Series(model.cat.categories)) if cells.is_categorical(model) else np.unique(position)
     for col in (*DIMENSION_COLUMNS, *ARCHITECTURE_COLUMNS):
-        values = _catalog_column(cat[col], position)  # the catalog's value of each row's model (NaN: none)
         if col in ARCHITECTURE_COLUMNS and col not in frame.columns:
-            if pd.isna(values).all():  # none of these models sets it: the column stays absent (= not set)
+            if pd.isna(_catalog_column(cat[col], models)).all():  # none of them sets it: the column stays absent
                 continue
-            frame[col] = pd.Series(values, index=frame.index)
+            frame[col] = pd.Series(_catalog_column(cat[col], position), index=frame.index)
         elif col not in frame.columns:
-            frame[col] = pd.Series(values, index=frame.index, dtype=object).where(known, None)
+            frame[col] = pd.Series(_catalog_column(cat[col], position), index=frame.index, dtype=object).where(
+                known, None)  # the catalog's value of each row's model (NaN: none)
         else:
             fill = _blank(frame[col]) & known
             if fill.any():
-                frame[col] = frame[col].astype(object).where(~fill, pd.Series(values, index=frame.index))
+                frame[col] = frame[col].astype(object).where(~fill, pd.Series(_catalog_column(cat[col], position),
+                                                                              index=frame.index))
     return frame
 
 
@@ -342,14 +345,14 @@ def evaluate_train(frame: pd.DataFrame, source: str = "<frame>",
     only the inputs it names).
     """
     x, sys_codes = train_inputs(frame, source)
-    hw = hwcat.hardware_columns(sys_codes, overrides)
-    block, res = in_tiles(train_step, x, hw, TRAIN_METRICS)
+    block, res = in_tiles(train_step, x, sys_codes, TRAIN_METRICS, overrides)
     out = _metric_frame(block, TRAIN_METRICS, frame.index)
     out["fits"] = res["fits"].astype(bool)
     reason = res["reason"].astype(np.int64)
     out["infeasible_reason"] = pd.Categorical.from_codes(reason, categories=pd.Index(codes.REASONS))
     if with_inputs:
-        out = _inputs_beside(out, x, sys_codes, hw, CATEGORICAL, integers=True,
+        hbm = {"hbm_bytes": hwcat.hardware_table(overrides)["hbm_bytes"][sys_codes]}
+        out = _inputs_beside(out, x, sys_codes, hbm, CATEGORICAL, integers=True,
                              nullable=("layers_first_stage", "layers_last_stage", "doc_len"), only=with_inputs)
     return out
 
@@ -362,19 +365,21 @@ def evaluate_train(frame: pd.DataFrame, source: str = "<frame>",
 TABLE_TILE = 8192
 
 
-def in_tiles(step: Any, x: Mapping[str, np.ndarray], hw: Mapping[str, np.ndarray], metrics: Sequence[str],
+def in_tiles(step: Any, x: Mapping[str, np.ndarray], systems: np.ndarray, metrics: Sequence[str],
+             overrides: dict[tuple[str, str], float] | None = None,
              tile: int = TABLE_TILE) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """``step(x, hw, out_dtype=float32)`` (a kernel: arrays of n rows in, arrays of n rows out) evaluated ``tile``
-    rows at a time: the ``metrics`` go into one float64 block of shape (len(metrics), n), converted as they are
-    copied (a DataFrame takes the block as it is), the other outputs (``fits``, ``reason``, ...) into arrays of
-    their own dtype.  Scalars (broadcast inputs) pass to every tile as they are."""
-    n = max((len(v) for v in (*x.values(), *hw.values()) if np.ndim(v)), default=1)
+    rows at a time, each tile's hardware columns gathered for its ``systems`` codes in the kernel's float32: the
+    ``metrics`` go into one float64 block of shape (len(metrics), n), converted as they are copied (a DataFrame
+    takes the block as it is), the other outputs (``fits``, ``reason``, ...) into arrays of their own dtype.
+    Scalars (broadcast inputs) pass to every tile as they are."""
+    n = len(systems)
     block = np.empty((len(metrics), n), dtype=np.float64)
     rest: dict[str, np.ndarray] = {}
     for lo in range(0, n, tile):
         hi = min(lo + tile, n)
-        part = step({k: v[lo:hi] if np.ndim(v) else v for k, v in x.items()},
-                    {k: v[lo:hi] if np.ndim(v) else v for k, v in hw.items()}, out_dtype=np.float32)
+        hw = hwcat.hardware_columns(systems[lo:hi], overrides, dtype=np.float32)
+        part = step({k: v[lo:hi] if np.ndim(v) else v for k, v in x.items()}, hw, out_dtype=np.float32)
         for i, k in enumerate(metrics):
             block[i, lo:hi] = part[k]
         for k, v in part.items():
@@ -487,6 +492,8 @@ def _inputs_beside(out: pd.DataFrame, x: Mapping[str, np.ndarray], sys_codes: np
             columns[k] = pd.Categorical.from_codes(np.asarray(v, dtype=np.int64), pd.Index(vocabularies[k]))
         elif k in nullable:
             columns[k] = pd.array(np.asarray(v, dtype=np.float64), dtype="Int64")
+        elif cells.is_constant(np.asarray(v)):  # an absent column's default: written once, not converted per row
+            columns[k] = np.full(len(v), v[0], dtype=np.int64 if integers else np.asarray(v).dtype)
         else:
             columns[k] = np.asarray(v).astype(np.int64) if integers else np.asarray(v)
     if wanted("hbm_bytes"):

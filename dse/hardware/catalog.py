@@ -298,6 +298,12 @@ def hardware_columns(
     return {name: col[idx] for name, col in table.items()}
 
 
+def hardware_table(overrides: dict[tuple[str, str], float] | None = None) -> dict[str, np.ndarray]:
+    """The hardware columns of every catalogued system (indexed by system code), float64: gather one column
+    with ``hardware_table()[name][codes]`` instead of every column with :func:`hardware_columns`."""
+    return _achieved_table(tuple(sorted((g, c, float(v)) for (g, c), v in (overrides or {}).items())))
+
+
 @lru_cache(maxsize=64)
 def _achieved_table_as(key: tuple[tuple[str, str, float], ...], dtype: str) -> dict[str, np.ndarray]:
     return {k: v.astype(dtype) for k, v in _achieved_table(key).items()}
