@@ -357,12 +357,13 @@ def evaluate_train(frame: pd.DataFrame, source: str = "<frame>",
     return out
 
 
-#: Rows per kernel call when a table is evaluated: the kernel's ~1,000 numpy temporaries of a tile stay in the
-#: core's L2 cache (4 MiB on the benchmark machine: 8,192 float32 rows are 32 KiB per array).  On the issue-24
-#: table of 200,000 distinct rows the training kernel took 0.133 s in one call, 0.077 s in tiles of 8,192,
-#: 0.098 s of 16,384 and 0.137 s of 2,048 (one core, best of 5).  Rows are independent, so a tile's results are
-#: the whole call's.
-TABLE_TILE = 8192
+#: Rows per kernel call when a table is evaluated: a tile's temporaries (about 1,000 numpy arrays of the tile's
+#: length) stay in the core's L2 cache (4 MiB on the benchmark machine) while the call overhead is paid 8 times
+#: for 200,000 rows, not 25.  The training kernel on the issue-24 table of 200,000 distinct rows (inputs, hardware
+#: gather and output copy included; one core, best of 7): 0.128 s in one call, 0.109 s in tiles of 8,192,
+#: 0.094 s of 16,384, 0.089 s of 24,576, 0.092 s of 32,768, 0.095 s of 65,536.  Rows are independent, so a
+#: tile's results are the whole call's.
+TABLE_TILE = 24576
 
 
 def in_tiles(step: Any, x: Mapping[str, np.ndarray], systems: np.ndarray, metrics: Sequence[str],
@@ -488,11 +489,15 @@ def _inputs_beside(out: pd.DataFrame, x: Mapping[str, np.ndarray], sys_codes: np
     for k, v in x.items():
         if not wanted(k):
             continue
+        constant = cells.is_constant(np.asarray(v))  # an absent column's default: written once, not converted
         if k in vocabularies:  # names as a Categorical of the vocabulary: no string per row
-            columns[k] = pd.Categorical.from_codes(np.asarray(v, dtype=np.int64), pd.Index(vocabularies[k]))
+            code = np.full(len(v), v[0], dtype=np.int16) if constant else np.asarray(v, dtype=np.int16)
+            columns[k] = pd.Categorical.from_codes(code, dtype=pd.CategoricalDtype(pd.Index(vocabularies[k])),
+                                                   validate=False)  # codes the encoder made: in range
         elif k in nullable:
-            columns[k] = pd.array(np.asarray(v, dtype=np.float64), dtype="Int64")
-        elif cells.is_constant(np.asarray(v)):  # an absent column's default: written once, not converted per row
+            columns[k] = (pd.arrays.IntegerArray(np.zeros(len(v), dtype=np.int64), np.ones(len(v), dtype=bool))
+                          if constant and np.isnan(v[0]) else pd.array(np.asarray(v, dtype=np.float64), dtype="Int64"))
+        elif constant:
             columns[k] = np.full(len(v), v[0], dtype=np.int64 if integers else np.asarray(v).dtype)
         else:
             columns[k] = np.asarray(v).astype(np.int64) if integers else np.asarray(v)
