@@ -40,19 +40,38 @@ def is_categorical(series: pd.Series) -> bool:
 def factorized(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with every text column of a large table as a Categorical of its distinct cells (the values are
     the same; numbers and small tables are left as they are).  pandas' hash factorization is one C pass per
-    column."""
+    column.  A text column whose every cell is a plain integer (a case file's ``tp``, ``global_batch``, ...)
+    becomes int64 numbers instead: Arrow's cast is one pass, a third of a hash factorization, and the readers
+    check integers without parsing."""
     if len(frame) < FACTORIZE_FROM_ROWS:
         return frame
-    columns = {}
+    columns: dict[str, Any] = {}
     for col in frame.columns:
         series = frame[col]
         if series.dtype.kind in "iufbmM" or is_categorical(series):
+            continue
+        ints = _integer_text(series)
+        if ints is not None:
+            columns[col] = ints
             continue
         codes, uniques = pd.factorize(series, use_na_sentinel=True)
         columns[col] = pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(uniques))
     if not columns:
         return frame
     return frame.assign(**columns)
+
+
+def _integer_text(series: pd.Series) -> np.ndarray | None:
+    """The cells as int64 when every one is the decimal text of an integer (no empty cell), else None."""
+    text = arrow_text(series)
+    if text is None or text.null_count or not len(text):
+        return None
+    if not pc.all(pc.ascii_is_decimal(text.slice(0, 64))).as_py():  # a failed cast costs ~50 ms on 200k cells:
+        return None  # a look at the first cells skips the text columns (names) for a microsecond
+    try:
+        return to_numpy(pc.cast(text, pa.int64()), np.int64)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # a name, a decimal, an empty cell, an overflow
+        return None
 
 
 def on_distinct(series: pd.Series, fn: Callable[[pd.Series], np.ndarray]) -> np.ndarray:
