@@ -48,7 +48,9 @@ EXPLAIN_OPTIONS: dict[str, str] = {
     "prefill_tp": "int",
     "request_rate": "requests/s offered (serve; empty: maximum load)",
     "kv_precision": "auto|fp16|bf16|fp8|int8|int4",
-    "concurrency": "int (serve: clients of a closed loop)",
+    "concurrency": "int (serve: clients of a closed loop, or requests of a burst)",
+    "think_time_s": "seconds (serve: a closed loop's think time between requests; empty: 0)",
+    "arrival": "poisson|closed|burst (serve; empty: poisson with a request rate, closed with concurrency)",
     "etp": "int (expert tensor parallel; default tp)",
     "spec_tokens": "int (serve: MTP draft tokens per decode step)",
     **{k: "gqa|mha|mla" if k == "attention_kind" else "int (README: Model architecture columns)"

@@ -75,6 +75,12 @@ PIPELINE_SPLIT_EMBEDDING_LOSS = 1
 #: block per query head; TensorRT-LLM 0.9/0.10 used it for FP8 compute and wherever its heuristic did not
 #: pick XQA).
 DECODE_KV_READS: tuple[str, ...] = ("per_kv_head", "per_query_head")
+#: How a serving benchmark sends its requests: an open Poisson stream at ``request_rate`` (``vllm bench serve
+#: --request-rate``, MLPerf Server), a closed loop of ``concurrency`` clients each sending its next request when
+#: its last one ends (after ``think_time_s``; AIPerf / genai-perf ``--concurrency``), or a burst of
+#: ``concurrency`` requests all sent at t = 0 (``--request-rate inf``, MLPerf Offline, trtllm-bench).
+ARRIVAL: tuple[str, ...] = ("poisson", "closed", "burst")
+ARRIVAL_POISSON, ARRIVAL_CLOSED, ARRIVAL_BURST = 0, 1, 2
 
 #: How the framework runs a layer's small operations: fused kernels (Megatron-core / Transformer Engine: fused
 #: norms, bias-dropout-add, RoPE, softmax) or eager PyTorch modules (HF Transformers: each operation of RMSNorm,

@@ -301,6 +301,7 @@ LIMIT_TEXT = {
     "tokens": "the token budget per iteration (max_num_tokens)",
     "compute": "the offered load; the iteration is compute-bound (GEMM math)",
     "bandwidth": "the offered load; the iteration is bandwidth-bound (weights and KV reads)",
+    "clients": "the clients (closed loop or burst): fewer than the engine would run, or thinking",
 }
 
 
@@ -308,8 +309,15 @@ def format_explain_serve(row: pd.Series) -> str:
     """One screen for a serving configuration: steady state, binding limit, latencies, iteration breakdown."""
     from dse.cost.serving import ITERATION_PARTS
 
-    rate = row.get("request_rate")
-    load = "maximum load (every request queued)" if rate is None or pd.isna(rate) else f"{float(rate):g} requests/s"
+    rate, clients = row.get("request_rate"), row.get("concurrency")
+    think, arrival = row.get("think_time_s"), row.get("arrival")
+    load = ("maximum load (every request queued)" if rate is None or pd.isna(rate)
+            else f"{float(rate):g} requests/s (Poisson)")
+    if _given(clients):
+        n = int(float(clients))  # type: ignore[arg-type]
+        z = float(think) if _given(think) else 0.0  # type: ignore[arg-type]
+        load = (f"a burst of {n} requests at once" if str(arrival) == "burst" else
+                f"a closed loop of {n} clients" + (f" thinking {z:g} s between requests" if z > 0 else ""))
     batch = row.get("batch")
     lines = [
         f"{row.get('model', 'custom model')}: L={int(row['layers'])} h={int(row['hidden'])} heads={int(row['heads'])} "
@@ -339,9 +347,16 @@ def format_explain_serve(row: pd.Series) -> str:
               f"  {'KV cache utilization':<40s} {100 * float(row['kv_cache_utilization']):11.1f}%",
               f"  binding limit: {row['limit']} — {LIMIT_TEXT.get(str(row['limit']), '')}",
               "", "Latency per request",
-              f"  {'time to first token':<40s} {1e3 * float(row['ttft_s']):12.2f} ms",
-              f"  {'time per output token':<40s} " + (f"{'none':>12s}    {NO_SECOND_TOKEN}" if one_output_token(row)
-                                                       else f"{1e3 * float(row['tpot_s']):12.2f} ms"),
+              f"  {'time to first token (mean)':<40s} {1e3 * float(row['ttft_s']):12.2f} ms",
+              f"  {'  p50 / p90 / p99':<40s} " + " / ".join(f"{1e3 * float(row[f'ttft_p{q}_s']):.2f}"
+                                                           for q in (50, 90, 99)) + " ms",
+              f"  {'  of which waiting to be admitted (mean)':<40s} {1e3 * float(row['queue_wait_s']):12.2f} ms",
+              f"  {'time per output token (mean)':<40s} "
+              + (f"{'none':>12s}    {NO_SECOND_TOKEN}" if one_output_token(row)
+                 else f"{1e3 * float(row['tpot_s']):12.2f} ms"),
+              *([] if one_output_token(row) else [
+                  f"  {'  p50 / p90 / p99':<40s} " + " / ".join(f"{1e3 * float(row[f'tpot_p{q}_s']):.2f}"
+                                                               for q in (50, 90, 99)) + " ms"]),
               f"  {'tokens/s per user':<40s} " + (f"{'none':>12s}" if one_output_token(row)
                                                    else f"{float(row['tokens_per_s_per_user']):12.1f}"),
               "", f"One iteration of one pipeline stage: {float(row['iteration_ms']):.2f} ms, "

@@ -570,8 +570,9 @@ def _fraction(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
 def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Checked inputs of the serving model for ``task == 'serve'`` rows: those of :func:`infer_inputs` (with
     ``batch`` optional: empty = only memory limits the concurrency) plus ``max_num_tokens`` (empty: no token
-    budget), ``request_rate`` (empty: maximum load), ``concurrency`` (clients of a closed loop; empty: not one)
-    and the engine's KV settings from the row's stack."""
+    budget), ``request_rate`` (empty: maximum load), ``concurrency`` (clients of a closed loop; empty: not one),
+    ``think_time_s`` (a closed loop's think time; empty: 0), ``arrival`` (poisson, closed or burst; empty: from
+    the load columns) and the engine's KV settings from the row's stack."""
     frame = frame.copy(deep=False)  # columns are replaced, never changed in place (copy-on-write)
     n = len(frame)
     batch = frame["batch"] if "batch" in frame.columns else pd.Series([np.nan] * n, index=frame.index)
@@ -594,6 +595,11 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
         raise InputError(f"{_where(source, frame, pos)}, columns 'concurrency' and 'request_rate': both given; "
                          "allowed: one of them (concurrency: clients of a closed loop; request_rate: an open "
                          "stream of requests/s), or neither for maximum load")
+    x["think_time_s"] = _reals(frame, "think_time_s", source, lambda v: v >= 0,
+                               "a finite number of seconds >= 0 (a closed loop's think time), or empty for 0")
+    x["arrival"] = (_named_codes(frame, "arrival", codes.ARRIVAL, source) if "arrival" in frame.columns
+                    else np.full(n, np.nan))
+    _check_arrival(frame, x, source)
     x["spec_tokens"] = np.nan_to_num(_integers(frame, "spec_tokens", source), nan=0.0)  # MTP drafts per step
     x["spec_acceptance"] = _fraction(frame, "spec_acceptance", source)
     ep = _integers(frame, "ep", source)  # wide expert parallelism (empty or 1: experts split by tp)
@@ -608,6 +614,29 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
         stack_code = pd.Index(stack_names()).get_indexer(pd.Index(names.to_numpy(dtype=object)))
     fill_serving_settings(x, stack_code)
     return x, systems
+
+
+def _check_arrival(frame: pd.DataFrame, x: dict[str, np.ndarray], source: str) -> None:
+    """``arrival`` agrees with the load columns (poisson: ``request_rate``; closed, burst: ``concurrency``) and a
+    think time belongs to a closed loop; InputError naming the first row that breaks it."""
+    rate, clients = ~np.isnan(x["request_rate"]), ~np.isnan(x["concurrency"])
+    arrival, think = x["arrival"], np.nan_to_num(x["think_time_s"])
+    checks = (
+        (arrival == codes.ARRIVAL_POISSON) & ~rate, "arrival",
+        "'poisson' needs a request_rate; allowed: poisson with request_rate, closed or burst with concurrency",
+        (np.isin(arrival, (codes.ARRIVAL_CLOSED, codes.ARRIVAL_BURST))) & ~clients, "arrival",
+        "closed and burst need a concurrency (clients or requests sent); allowed: poisson with request_rate, "
+        "closed or burst with concurrency",
+        (think > 0) & ~(clients & (arrival != codes.ARRIVAL_BURST)), "think_time_s",
+        "a think time needs a closed loop; allowed: 0 or empty, or a think time with concurrency (arrival empty or "
+        "closed)",
+    )
+    for i in range(0, len(checks), 3):
+        bad, col, allowed = checks[i], checks[i + 1], checks[i + 2]
+        if np.any(bad):
+            pos = int(np.flatnonzero(bad)[0])
+            raise InputError(f"{_where(source, frame, pos)}, column {col!r}: value {show(frame[col].iloc[pos])} is "
+                             f"not allowed here: {allowed}")
 
 
 def evaluate_serve(frame: pd.DataFrame, source: str = "<frame>",

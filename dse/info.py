@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -59,12 +60,17 @@ def format_info(path: str | Path, metric: str | None = None, top: int = 10, by: 
         raise SpecError(f"--metric: {what}; allowed: a metric "
                         f"({', '.join(c for c in numeric if c in metrics)}) or a numeric input "
                         f"({', '.join(c for c in numeric if c not in metrics)})")
+    # the outputs the spec's filters name (its SLOs, say) and a serving row's binding limit are shown beside the
+    # metric: what each row meets and what binds it
+    filters = ((meta.get("spec") or {}).get("constraints") or {}).get("filters") or []
+    named = {w for f in filters if isinstance(f, str) for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", f)}
+    extra = [c for c in schema.names if (c in metrics and c in named and c != metric) or c == "limit"]
     # the parts verified above (load would check them again)
-    frame = pd.read_parquet(root, columns=list(dict.fromkeys([*inputs, metric, "mem_total_bytes", "fits",
+    frame = pd.read_parquet(root, columns=list(dict.fromkeys([*inputs, metric, *extra, "mem_total_bytes", "fits",
                                                                 "infeasible_reason"])))
     # show the inputs the sweep varies (and the layout), not the constant ones
     shown = [c for c in inputs if c in ("model", "system", "gpus", "tp", "pp", "dp") or frame[c].nunique() > 1]
-    frame = frame[list(dict.fromkeys([*shown, metric, "mem_total_bytes", "fits", "infeasible_reason"]))]
+    frame = frame[list(dict.fromkeys([*shown, metric, *extra, "mem_total_bytes", "fits", "infeasible_reason"]))]
     cols = list(frame.columns)
     feasible = frame[frame["fits"]]
     reasons = ", ".join(f"{k} {v:,}" for k, v in frame.loc[~frame["fits"], "infeasible_reason"]

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from dse.codes import ATTENTION_KIND, DECODE_KV_READS, KV_PRECISION, PRECISION
+from dse.codes import ARRIVAL, ATTENTION_KIND, DECODE_KV_READS, KV_PRECISION, PRECISION
 from dse.cost.architecture import ARCHITECTURE_COLUMNS, ARCHITECTURE_MIN, architecture_errors
 from dse.cost.inference import INFER_METRICS
 from dse.cost.select import INT_DOMAIN_MAX
@@ -108,12 +108,14 @@ SERVE_INT_AXES: dict[str, tuple[int, int | None]] = {**INFER_INT_AXES, "max_num_
                                                      "concurrency": (1, None), "ep": (1, None),
                                                      "spec_tokens": (0, None)}
 #: Positive real axes (any task that has them).
-FLOAT_AXES = ("request_rate", "moe_imbalance")
+FLOAT_AXES = ("request_rate", "moe_imbalance", "think_time_s")
 #: Smallest value of a real axis (0: any positive number).
 FLOAT_AXIS_MIN = {"moe_imbalance": 1.0}
+#: Real axes that also take 0 (a think time of 0 is the closed loop without one).
+FLOAT_AXIS_ZERO = ("think_time_s",)
 SERVE_CAT_AXES: dict[str, tuple[str, ...]] = {**INFER_CAT_AXES, "decode_kv_reads": DECODE_KV_READS,
-                                              "stack": stack_names()}
-SERVE_GRID_KEYS = ("model", "system", *SERVE_INT_AXES, "request_rate", *SERVE_CAT_AXES)
+                                              "stack": stack_names(), "arrival": ARRIVAL}
+SERVE_GRID_KEYS = ("model", "system", *SERVE_INT_AXES, "request_rate", "think_time_s", *SERVE_CAT_AXES)
 SERVE_REQUIRED_GRID_KEYS = ("model", "system", "input_len", "output_len")
 
 TASKS: dict[str, TaskKeys] = {
@@ -254,18 +256,19 @@ def _int_values(path: str, key: str, raw: object, lo: int, hi: int | None) -> li
     return out
 
 
-def _float_values(path: str, key: str, raw: object, lo: float = 0.0) -> list[float]:
-    """Finite numbers above ``lo`` (at least ``lo`` when it is not 0) of a real axis (one value or a non-empty list
-    of distinct values)."""
+def _float_values(path: str, key: str, raw: object, lo: float = 0.0, zero: bool = False) -> list[float]:
+    """Finite numbers above ``lo`` (at least ``lo`` when it is not 0; 0 too when ``zero``) of a real axis (one
+    value or a non-empty list of distinct values)."""
     values = raw if isinstance(raw, list) else [raw]
-    allowed = ("positive finite numbers (requests/s), as one value or a non-empty list" if lo == 0.0 else
+    allowed = ("finite numbers >= 0 (seconds), as one value or a non-empty list" if zero else
+               "positive finite numbers (requests/s), as one value or a non-empty list" if lo == 0.0 else
                f"finite numbers of at least {lo:g}, as one value or a non-empty list")
     if not values:
         raise _err(path, key, raw, allowed)
     out = []
     for v in values:
-        if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0
-                or v < lo):
+        if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                or (v < 0 if zero else v <= 0) or v < lo):
             raise _err(path, key, v, allowed)
         out.append(float(v))
     if len(set(out)) != len(out):
@@ -583,7 +586,7 @@ def _subgrid(path: str, key: str, raw: object, model_names: tuple[str, ...],
             axes.append(Axis(name, np.asarray(codes, dtype=np.float64), vocab))
             resolved[name] = [vocab[c] for c in codes]
         elif name in FLOAT_AXES:
-            reals = _float_values(path, akey, value, FLOAT_AXIS_MIN.get(name, 0.0))
+            reals = _float_values(path, akey, value, FLOAT_AXIS_MIN.get(name, 0.0), name in FLOAT_AXIS_ZERO)
             axes.append(Axis(name, np.asarray(reals, dtype=np.float64)))
             resolved[name] = reals
         elif name in keys.cat_axes:
@@ -599,12 +602,30 @@ def _subgrid(path: str, key: str, raw: object, model_names: tuple[str, ...],
     if task == "serve" and "prefill_tp" in raw and "prefill_gpus" not in raw:
         raise SpecError(f"{path}: {key}.prefill_tp: given without {key}.prefill_gpus, so no point has a prefill pool "
                         f"for it to split; allowed: prefill_gpus with it (disaggregated prefill), or neither")
+    if task == "serve":
+        _check_arrival(path, key, raw, resolved)
     for stack in resolved.get("stack", []):
         why = stack_task_mismatch(stack, task)
         if why:
             raise SpecError(f"{path}: {key}.stack: value {stack!r} is not allowed on a {task!r} spec ({why}); "
                             f"allowed: {', '.join(stacks_for_task(task))}")
     return SubGrid(tuple(axes)), resolved
+
+
+def _check_arrival(path: str, key: str, raw: Mapping[str, object], resolved: Mapping[str, Any]) -> None:
+    """A serve sub-grid's ``arrival`` values agree with its load axes (poisson: request_rate; closed, burst:
+    concurrency), and a ``think_time_s`` above 0 comes with a closed loop (concurrency, arrival not only burst)."""
+    allowed = "poisson with request_rate; closed or burst with concurrency"
+    for value in resolved.get("arrival", []):
+        needs = "request_rate" if value == "poisson" else "concurrency"
+        if needs not in raw:
+            raise SpecError(f"{path}: {key}.arrival: value {value!r} is not allowed without {key}.{needs}; "
+                            f"allowed: {allowed}")
+    if any(v > 0 for v in resolved.get("think_time_s", [])):
+        if "concurrency" not in raw or resolved.get("arrival", ["closed"]) in (["burst"], ["poisson"]):
+            raise SpecError(f"{path}: {key}.think_time_s: value {raw['think_time_s']!r} is not allowed here: a think "
+                            "time needs a closed loop; allowed: think_time_s with concurrency (arrival absent or "
+                            "closed), or 0")
 
 
 def _training_stack(stack: str) -> bool:

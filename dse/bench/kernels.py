@@ -512,8 +512,14 @@ def random_serve_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], 
     # MTP speculative decoding on the models that have the module (one draft token per step)
     x["spec_tokens"] = np.where(x["mtp"] > 0, 1.0, 0.0)
     x["spec_acceptance"] = np.full(n, np.nan)
+    systems = rng.integers(0, len(hwcat.system_names()), n)
+    # a third of the closed loops think 1-10 s between requests, a third are bursts (drawn after the systems: the
+    # other draws unchanged)
+    kind = rng.random(n)
+    x["think_time_s"] = np.where(closed & (kind < 1.0 / 3.0), rng.uniform(1.0, 10.0, n), np.nan)
+    x["arrival"] = np.where(closed & (kind >= 2.0 / 3.0), float(codes.ARRIVAL_BURST), np.nan)
     assert set(x) == set(SERVE_INPUTS)
-    return x, rng.integers(0, len(hwcat.system_names()), n)
+    return x, systems
 
 
 def _answered_only(x: dict[str, np.ndarray], systems: np.ndarray, step: Any, n: int

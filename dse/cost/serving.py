@@ -25,8 +25,8 @@ runtime reserve, times the engine's KV memory fraction, over each request's KV a
 blocks of ``kv_block_tokens``).  Under a given ``request_rate`` λ it is the fixed point of Little's law,
 C = λ/dp · (TTFT + (output_len − 1)·TPOT), iterated a fixed number of times from the light-load value; a rate
 above what the maximum concurrency serves is the reason ``overloaded``.  TTFT = half an iteration of waiting to
-be admitted + the prefill iterations, each a full pass through the pipeline (queueing beyond admission is not
-modelled under an open rate or at maximum load: it depends on the length of the queue, which is not an input).
+be admitted + the prefill iterations, each a full pass through the pipeline + under a Poisson rate the wait of a
+G/G/c queue (:func:`poisson_admission_wait`; at maximum load the queue's length is not an input, so none).
 
 Closed loop (``concurrency`` = N clients, each sending its next request when its last one ends, no think time:
 AIPerf / genai-perf ``--concurrency``, ``vllm bench serve --max-concurrency``): every client is always in the
@@ -35,11 +35,20 @@ steady state (limit ``clients`` when N binds) and the other N/dp − C wait; by 
 network (Reiser & Lavenberg 1980, with no think time: N = throughput × time in system) each request waits
 W = (N/dp − C) / R before it is admitted, R = the replica's requests/s, and TTFT includes W
 (``queue_wait_s``).
+
+Think time (``think_time_s`` = Z, closed loops only; 0 or empty = none, the loop above exactly): each client
+waits Z after its response before sending again, so the clients form a closed network of a delay station (Z) and
+the engine, a load-dependent station whose rate at n running requests is the iteration model's
+(:func:`closed_loop_throughput`).  Bursts (``arrival = burst``: all ``concurrency`` requests sent at t = 0, as
+offline runs do) run in waves of the engine's concurrency (:func:`burst_waves`).  Latency percentiles
+(``ttft_p50_s`` … ``tpot_p99_s``): :func:`poisson_admission_wait`, :func:`admission_boundary_quantile` and
+:func:`tpot_spread`; ``ttft_s`` and ``tpot_s`` stay the means.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -73,9 +82,15 @@ Array = Any
 
 SERVE_INPUTS: tuple[str, ...] = (*INFER_INPUTS, "max_num_tokens", "request_rate", "kv_memory_fraction",
                                  "kv_block_tokens", "decode_kv_reads", "prefill_gpus", "prefill_tp", "concurrency",
-                                 "cuda_graphs", "kv_reservation", "ep", "spec_tokens", "spec_acceptance")
+                                 "cuda_graphs", "kv_reservation", "ep", "spec_tokens", "spec_acceptance",
+                                 "think_time_s", "arrival")
+#: Latency percentiles reported (per cent); ``ttft_s`` and ``tpot_s`` are the means.
+PERCENTILES: tuple[int, ...] = (50, 90, 99)
+TTFT_PERCENTILES: tuple[str, ...] = tuple(f"ttft_p{q}_s" for q in PERCENTILES)
+TPOT_PERCENTILES: tuple[str, ...] = tuple(f"tpot_p{q}_s" for q in PERCENTILES)
 SERVE_METRICS: tuple[str, ...] = (
     "output_tokens_per_s", "output_tokens_per_s_per_gpu", "requests_per_s", "ttft_s", "tpot_s",
+    *TTFT_PERCENTILES, *TPOT_PERCENTILES,
     "tokens_per_s_per_user", "running_requests", "queue_wait_s", "kv_cache_utilization", "iteration_ms",
     "iteration_tokens",
     "kv_capacity_requests", "weights_bytes", "kv_cache_bytes", "mem_total_bytes", "energy_per_output_token_j",
@@ -95,6 +110,15 @@ DEFAULT_KV_MEMORY_FRACTION = 0.9
 DEFAULT_KV_BLOCK_TOKENS = 64.0
 #: Refinement steps of Little's law under a given request rate after the affine solution (see _fixed_point).
 FIXED_POINT_ITERATIONS = 3
+#: Squared coefficients of variation of the inter-arrival and the service times in the Allen-Cunneen / Whitt
+#: factor (c_a² + c_s²) / 2 of :func:`poisson_admission_wait`: Poisson arrivals (1, exact) and a request's time
+#: in the engine at fixed input and output lengths, as benchmarks send them (0: ASSUMPTION, deterministic; a
+#: length distribution such as ShareGPT's would raise it).
+ARRIVAL_SCV = 1.0
+SERVICE_SCV = 0.0
+#: Relative rounding slack when a ratio of float32 sizes is rounded up to whole waves or passes (n / C = 1 must
+#: stay 1 wave).
+WHOLE_SLACK = 1e-5
 
 
 def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object],
@@ -308,6 +332,170 @@ def _fixed_point(t_of: Any, lam: Array, cap: Array, affine: bool = False) -> Arr
     return X
 
 
+def closed_loop_throughput(t_of: Any, clients: Array, think_s: Array, passes: Array, cap: Array,
+                           affine: bool = False) -> Array:
+    """X, the requests one stage iteration finishes, of N clients (per replica) that each think Z seconds between
+    a response and their next request.
+
+    The clients and the engine form a closed network: a delay station (Z) and the engine, a load-dependent
+    station whose time in system at X requests per iteration is R = passes · t(X) (``passes`` = pp · the
+    iterations a request stays in the batch; t from the iteration model).  Little's law on the whole network
+    (the response-time law of closed networks, Lazowska et al. 1984, *Quantitative System Performance* §3.3.3,
+    the identity exact mean value analysis iterates, Reiser & Lavenberg 1980) gives the throughput
+    X / t = N / (R + Z); evaluated at the mean population instead of MVA's recursion over n = 1 … N (the
+    approximation of Schweitzer 1979 and Bard 1979: no recursion, fluctuations of the number in the engine
+    ignored), it is the fixed point X = N · t(X) / (Z + passes · t(X)).  t is affine (a + b·X) where the
+    roofline terms are, so X is the positive root of passes·b·X² + (Z + passes·a − N·b)·X − N·a = 0; a mixture
+    of experts refines it with FIXED_POINT_ITERATIONS plain steps of the map, a contraction (its slope is
+    N·Z·t'/(Z + passes·t)², far below 1).  Above ``cap`` (the maximum-load X) the engine saturates: the
+    asymptotic bound X / t ≤ 1 / D_max of the same chapter.  Z = 0 gives N / passes, the loop without think
+    time.  Vectorized, a fixed number of steps."""
+    a = t_of(0.0 * clients)
+    b = t_of(0.0 * clients + 1.0) - a
+    quad = passes * b
+    lin = think_s + passes * a - clients * b
+    root = np.sqrt(lin * lin + 4.0 * quad * clients * a)
+    # the positive root without cancellation: 2Na / (lin + root) when lin >= 0, (root − lin) / 2quad otherwise
+    X = np.where(lin >= 0.0, 2.0 * clients * a / np.maximum(lin + root, 1e-30),
+                 (root - lin) / np.maximum(2.0 * quad, 1e-30))
+    X = np.minimum(X, cap)
+    if affine:
+        return X
+    for _ in range(FIXED_POINT_ITERATIONS):
+        t = t_of(X)
+        X = np.minimum(clients * t / (think_s + passes * t), cap)
+    return X
+
+
+def poisson_admission_wait(utilization: Array, servers: Array, capacity_rps: Array) -> tuple[Array, Array]:
+    """(P(W > 0), E[W | W > 0]) of the wait W before admission of Poisson arrivals at an engine that serves at
+    most ``capacity_rps`` requests/s with ``servers`` requests running at that rate (a G/G/c queue, c = servers,
+    c·μ = capacity, ρ = ``utilization`` = λ / capacity).
+
+    * Probability of waiting: Sakasegawa's approximation (Sakasegawa 1977, Ann. Inst. Statist. Math. 29:67-75;
+      Hopp & Spearman, *Factory Physics*, eq. 8.10) of the M/M/c mean queue, L_q ≈ ρ^√(2(c+1)) / (1 − ρ),
+      written as Erlang C: P(W > 0) ≈ ρ^(√(2(c+1)) − 1).  Exact for c = 1 (P = ρ).
+    * The wait of those who wait: exponential (Whitt 1993, "Approximations for the GI/G/m queue", Prod. Oper.
+      Manag. 2(2):114-161, §3; exact for M/M/c), with the Allen-Cunneen mean
+      E[W | W > 0] = (c_a² + c_s²) / 2 / (c·μ·(1 − ρ)) (ARRIVAL_SCV, SERVICE_SCV).  For c = 1 and fixed lengths
+      the mean wait P·E[W | W > 0] = ρ / (2μ(1 − ρ)) is Pollaczek-Khinchine's M/D/1 (exact).
+
+    So P(W > t) = P(W > 0) · exp(−t / E[W | W > 0]) (:func:`exponential_tail_quantile`)."""
+    rho = np.clip(utilization, 0.0, 1.0 - 1e-9)
+    p_wait = rho ** (np.sqrt(2.0 * (np.maximum(servers, 1.0) + 1.0)) - 1.0)
+    mean_waiting = 0.5 * (ARRIVAL_SCV + SERVICE_SCV) / (capacity_rps * (1.0 - rho))
+    return p_wait, mean_waiting
+
+
+def exponential_tail_quantile(p_positive: Array, mean_positive: Array, q: float) -> Array:
+    """The q-quantile of W with P(W > t) = p_positive · exp(−t / mean_positive): 0 while q ≤ 1 − p_positive,
+    else mean_positive · ln(p_positive / (1 − q))."""
+    return mean_positive * np.log(np.maximum(p_positive / (1.0 - q), 1.0))
+
+
+def admission_boundary_quantile(t_stage: Array, utilization: Array, q: float) -> Array:
+    """The q-quantile of the wait for the next iteration boundary: a request arriving while the engine is busy
+    (probability ``utilization``, PASTA for Poisson arrivals) waits a uniform part of the current iteration,
+    otherwise nothing — the term whose mean, utilization · t_stage / 2, TTFT has always carried.  With busy
+    probability u: P(A ≤ a) = 1 − u + u·a/t, so a_q = t · max(0, q − (1 − u)) / u."""
+    u = np.maximum(utilization, 1e-12)
+    return t_stage * np.maximum(q - (1.0 - u), 0.0) / u
+
+
+def burst_waves(n: Array, concurrency: Array) -> tuple[Array, Array, Array]:
+    """(waves k, requests in the last wave r, mean admission wait in units of a wave) of n requests sent at once
+    to an engine that runs C = ``concurrency`` of them.  Identical requests admitted together finish together,
+    so the engine runs them in waves: k = ⌈n / C⌉, the first k − 1 of C, the last of r = n − (k − 1)·C; wave j
+    (from 0) starts after j waves, so the mean wait is Σ_j size_j · j / n = (C·(k − 1)(k − 2)/2 + r·(k − 1)) / n
+    waves.  n ≤ C: one wave, no wait."""
+    k = np.maximum(_whole(n / concurrency), 1.0)
+    r = n - (k - 1.0) * concurrency
+    return k, r, (concurrency * (k - 1.0) * (k - 2.0) / 2.0 + r * (k - 1.0)) / n
+
+
+def _whole(ratio: Array) -> Array:
+    """⌈ratio⌉, a ratio of float32 sizes within WHOLE_SLACK of an integer counted as that integer."""
+    return np.ceil(ratio * (1.0 - WHOLE_SLACK))
+
+
+def _burst_waves_served(c: dict[str, Array], n: Array, C: Array, X_max: Array, passes: Array, budget: Array,
+                        t_full: Array, tpot_full: Array, p: Array, steps: Array, decode_tokens: Array
+                        ) -> dict[str, Array]:
+    """A burst of n requests per replica at t = 0 (:func:`burst_waves`), C = the engine's concurrency at maximum
+    load.  A full wave lasts T_w = passes · t_stage(C), a request's time in the engine at that steady state
+    (ASSUMPTION: the wave's work is the steady state's; its fill and drain transients are not modelled
+    separately); the last wave of r requests runs at X_r = r / passes, T_r = passes · t_stage(X_r).  Makespan =
+    (k − 1)·T_w + T_r; throughput = n / makespan requests/s (n · output_len tokens).
+
+    A wave's first tokens: its w prompts (w·input_len tokens) arrive together and are prefilled in passes of
+    min(token budget, w·input_len/pp) tokens (each micro-batch's share when unlimited), M = ⌈w·input_len / that⌉
+    passes of t_fill each (no decode tokens yet), pipelined over pp stages: the prompt finished in pass j has its
+    first token at (j + pp − 1)·t_fill, so the wave's mean is ((M + 1)/2 + pp − 1)·t_fill and its q-quantile
+    (⌈q·M⌉ + pp − 1)·t_fill.  Mean TTFT = mean wait (waves ahead) + the waves' mean fill; the q-quantile request
+    is the ⌈q·n⌉-th admitted: its wave j and its place in that wave give its TTFT.  TPOT: the full waves' and
+    the last wave's, each request's mean (the quantiles pick between the two)."""
+    k, r, waves_waited = burst_waves(n, C)
+    T_w = passes * t_full
+    X_r = np.minimum(r / passes, X_max)
+    t_r, _, _ = _iteration(c, X_r, X_dec=np.maximum(X_r, 1.0 / np.maximum(steps, 1.0)))
+    T_r = passes * t_r
+    makespan = (k - 1.0) * T_w + T_r
+    s_in = c["input_len"]
+    fills = []
+    for w in (C, r):
+        per_pass = np.minimum(budget, w * s_in / p)
+        fills.append((np.maximum(_whole(w * s_in / per_pass), 1.0), _iteration(c, per_pass / s_in, X_dec=0.0 * w)[0]))
+    (m_full, fill_full), (m_last, fill_last) = fills
+    full = n - r
+    tpot_last = p * t_r * steps / decode_tokens
+    wait = T_w * waves_waited
+    out = {"requests_per_replica_s": n / makespan, "wait": wait, "running": (full * T_w + r * T_r) / makespan,
+           "ttft": wait + (full * ((m_full + 1.0) / 2.0 + p - 1.0) * fill_full
+                           + r * ((m_last + 1.0) / 2.0 + p - 1.0) * fill_last) / n,
+           "tpot": (full * tpot_full + r * tpot_last) / n}
+    low, high = np.minimum(tpot_last, tpot_full), np.maximum(tpot_last, tpot_full)
+    n_low = np.where(tpot_last <= tpot_full, r, full)
+    for q, t_name, p_name in zip(PERCENTILES, TTFT_PERCENTILES, TPOT_PERCENTILES, strict=True):
+        rank = np.maximum(_whole(q / 100.0 * n), 1.0)  # the quantile request, 1 = the first admitted
+        wave = np.minimum(np.floor((rank - 1.0) / C * (1.0 + WHOLE_SLACK)), k - 1.0)
+        last = wave >= k - 1.0
+        place = (rank - wave * C) / np.where(last, r, C)  # in (0, 1] of its wave
+        m, fill = np.where(last, m_last, m_full), np.where(last, fill_last, fill_full)
+        out[t_name] = wave * T_w + (np.maximum(_whole(place * m), 1.0) + p - 1.0) * fill
+        out[p_name] = np.where(rank <= n_low, low, high)
+    return out
+
+
+def prompt_time(c: dict[str, Array]) -> Array:
+    """Seconds one request's whole prompt adds to a stage iteration (the slope of :func:`_iteration` in its
+    prompt count X: the GEMMs, element-wise kernels, TP and pipeline bytes of input_len tokens, its causal
+    attention and its logits row; the experts it visits counted as at the mean iteration)."""
+    per_token = c["gemm_token"] + c["elementwise"] + c["tp_token"] + c["ep_token"]
+    return (c["layers_per_stage"] * (per_token * c["input_len"] + c["prefill_attention"]) + c["logits_row"]
+            + c["p2p_token"] * c["input_len"])
+
+
+def tpot_spread(chunk_s: Array, chunks_mean: Array, poisson: Array, p: Array, steps: Array,
+                decode_tokens: Array) -> Array:
+    """Standard deviation of a request's TPOT over requests: its decode steps share iterations with prompt chunks
+    of other requests (chunked prefill), each chunk adding ``chunk_s`` to the stage iteration.  The chunks in one
+    iteration, K, have mean ``chunks_mean`` = X·n_pre (prompts per iteration × chunks per prompt).  Under Poisson
+    arrivals K is Poisson (the occupancy of an M/G/∞ station — prompts in prefill — is Poisson with mean λ·E[S]),
+    Var K = X·n_pre; a closed loop, a burst or maximum load admits one request per completion, so K takes the two
+    integers around its mean: Var K = f(1 − f), f = frac(X·n_pre).  A step crosses pp stage iterations of the same
+    micro-batch (the same tokens: fully correlated), and the request's TPOT averages its ``steps`` steps over
+    ``decode_tokens`` = output_len − 1 tokens; ASSUMPTION: successive iterations independent (the correlation of
+    one prompt's n_pre consecutive chunks is ignored), so sd(TPOT) = pp · chunk_s · √(Var K · steps) /
+    decode_tokens."""
+    frac = chunks_mean - np.floor(chunks_mean)
+    var_k = np.where(poisson, chunks_mean, frac * (1.0 - frac))
+    return p * chunk_s * np.sqrt(var_k * steps) / np.maximum(decode_tokens, 1e-9)
+
+
+#: Standard normal quantiles of :data:`PERCENTILES` (TPOT is a mean over many steps: central limit theorem).
+Z_SCORES: tuple[float, ...] = tuple(NormalDist().inv_cdf(q / 100.0) for q in PERCENTILES)
+
+
 def kv_transfer(x: dict[str, Array]) -> tuple[Array, Array, Array]:
     """(bytes, link bytes/s, seconds) to move one request's KV cache from a prefill replica to a decode
     replica: input_len · L · 2 · kv_heads · head_dim · kv bytes (every layer, every KV head), over the scale-up
@@ -368,7 +556,15 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
     prompt), decode passes of the running requests' tokens only.  The deployment serves
     R = min(prefill capacity, KV-link capacity, decode capacity) requests/s at maximum load (or the offered rate
     below it); TTFT = admission wait + the prefill passes + the KV transfer (:func:`kv_transfer`); TPOT = a decode
-    pass through the pipeline.  GPUs = prefill_gpus + tp·pp·dp."""
+    pass through the pipeline.  GPUs = prefill_gpus + tp·pp·dp.
+
+    Closed loops with think time Z: the asymptotic bound of closed networks (Lazowska et al. 1984, §5.2),
+    R = min(capacity, N / (D + Z)), D = a request's time in the deployment at light load, offered as an open
+    rate.  Bursts: the prefill pool admits requests one after another, so the i-th of n waits
+    max(i − C, 0) / R (C = the requests the deployment runs, R its maximum rate): mean (n − C)(n − C + 1) / (2nR),
+    makespan (n − C) / R + the time in system.  Percentiles as in the aggregated model, the Poisson wait at the
+    prefill pool (its replicas' prompts in flight as the servers); TPOT percentiles = the mean (decode passes carry
+    no prompt chunks)."""
     _, rate, act, wb = _rates(x)
     s_in, s_out = x["input_len"], x["output_len"]
     p, dp = x["pp"], x["dp"]
@@ -402,8 +598,18 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
     cap_link = n_p * bw / nbytes
     capacity = np.minimum(np.minimum(cap_p, cap_link), cap_d)
     lam = x["request_rate"]
+    closed = ~np.isinf(clients)
+    burst = closed & (x["arrival"] == codes.ARRIVAL_BURST)
+    think = np.where(burst, 0.0, np.nan_to_num(x["think_time_s"]))
+    thinking = closed & (think > 0)
+    if thinking.any():  # the asymptotic bound N / (D + Z) at light-load D, offered as a rate below capacity
+        t_d_light, _, _ = _iteration(dec_terms, zero, X_dec=1.0 / life)
+        t_p_light, _, _ = _iteration(pre_terms, 1.0 / n_pre, X_dec=zero)
+        light = n_pre * t_p_light + t_kv + p * t_d_light * dec_terms["decode_len"]
+        bound = clients / (light + think)
+        lam = np.where(thinking & (bound < capacity), bound, lam)
     offline = np.isnan(lam)
-    overloaded = ~offline & (lam >= capacity)
+    overloaded = ~offline & ~thinking & (lam >= capacity)
     R = np.where(offline | overloaded, capacity, lam)
     dense = not bool((x["experts"] > 1).any())
     xd = _fixed_point(lambda v: _iteration(dec_terms, zero, X_dec=v)[0], R / dp, xd_max, affine=dense)
@@ -415,18 +621,40 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
     t_pass, _, _ = _iteration(pre_terms, np.maximum(xp, 1.0 / n_pre), X_dec=zero)
     utilization = np.minimum(R / cap_p, 1.0)
     running = dp * xd * p * life + n_p * xp * n_pre
-    wait = np.where(np.isinf(clients), 0.0, np.maximum(clients - running, 0.0) / R)  # closed loop: see _serve
+    idle_clients = thinking & ~offline
+    wait = np.where(np.isinf(clients) | idle_clients, 0.0,  # closed loop: see _serve
+                    np.maximum(clients - think * R - running, 0.0) / R)
+    poisson = ~(offline | overloaded) & ~thinking
+    slots = n_p * xp_max * n_pre  # prompts in the prefill pool at its capacity
+    p_wait, mean_waiting = poisson_admission_wait(R / capacity, slots, capacity)
+    wait = np.where(poisson, p_wait * mean_waiting, wait)
+    first = n_pre * t_pass + t_kv
     ttft = 0.5 * utilization * t_p + n_pre * t_pass + t_kv + wait
     tpot = p * t_d * dec_terms["decode_len"] / np.maximum(s_out - 1.0, 1e-9)
-    out_tps = R * s_out
+    requests_per_s = R
+    pct: dict[str, Array] = {}
+    for q, t_name, p_name in zip(PERCENTILES, TTFT_PERCENTILES, TPOT_PERCENTILES, strict=True):
+        queue = np.where(poisson, exponential_tail_quantile(p_wait, mean_waiting, q / 100.0), wait)
+        pct[t_name] = first + admission_boundary_quantile(t_p, utilization, q / 100.0) + queue
+        pct[p_name] = tpot
+    if burst.any():  # continuous admission at rate R after the first C
+        ahead = np.maximum(clients - running, 0.0)
+        in_system = first + (s_out - 1.0) * tpot
+        burst_wait = ahead * (ahead + 1.0) / (2.0 * clients * R)
+        wait = np.where(burst, burst_wait, wait)
+        ttft = np.where(burst, first + burst_wait, ttft)
+        requests_per_s = np.where(burst, clients / (ahead / R + in_system), R)
+        for q, t_name in zip(PERCENTILES, TTFT_PERCENTILES, strict=True):
+            pct[t_name] = np.where(burst, first + np.maximum(q / 100.0 * clients - running, 0.0) / R, pct[t_name])
+    out_tps = requests_per_s * s_out
     gpus = x["prefill_gpus"] + x["tp"] * p * dp
     kv_used = xd * p * life * dec["pages"] * dec["kv_token"]
     decode_bound = np.where(batch_cap <= dec["capacity"], np.where(clients / dp < engine_cap, 7, 0), 1)
     limit = np.where(cap_p <= np.minimum(cap_link, cap_d), 5, np.where(cap_link <= cap_d, 6, decode_bound))
-    limit = np.where(offline, limit, np.where(comp >= traffic, 3, 4))
+    limit = np.where(offline, limit, np.where(idle_clients, 7, np.where(comp >= traffic, 3, 4)))
     return {
-        "output_tokens_per_s": out_tps, "output_tokens_per_s_per_gpu": out_tps / gpus, "requests_per_s": R,
-        "ttft_s": ttft, "tpot_s": tpot, "tokens_per_s_per_user": 1.0 / tpot,
+        "output_tokens_per_s": out_tps, "output_tokens_per_s_per_gpu": out_tps / gpus,
+        "requests_per_s": requests_per_s, "ttft_s": ttft, "tpot_s": tpot, **pct, "tokens_per_s_per_user": 1.0 / tpot,
         "running_requests": running, "queue_wait_s": wait,
         "kv_cache_utilization": kv_used / np.maximum(dec["kv_budget"], 1.0),
         "iteration_ms": t_d * 1e3, "iteration_tokens": xd * dec_terms["decode_len"] * (1.0 + dec_terms["spec_n"]),
@@ -472,38 +700,90 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
     offline = np.isnan(lam)
     lam_r = np.where(offline, 0.0, lam) / dp  # per replica
     overloaded = ~offline & (lam_r * dp >= req_capacity)
+    closed = ~np.isinf(clients)
+    burst = closed & (x["arrival"] == codes.ARRIVAL_BURST)
+    think = np.where(burst, 0.0, np.nan_to_num(x["think_time_s"]))  # 0: every client always in the system
+    thinking = closed & (think > 0)
+    passes = p * life  # stage iterations a request spends in the engine
     X = X_max.copy()
-    # rows under a rate: solve only those; dense rows in closed form, mixture-of-experts rows refined
+    # rows under a rate and closed loops with think time: solve only those; dense rows in closed form,
+    # mixture-of-experts rows refined
     for is_moe in (False, True):
-        live = np.flatnonzero(~(offline | overloaded) & ((E > 1) == is_moe))
-        if not live.size:
-            continue
-        sub = {k: v[live] if isinstance(v, np.ndarray) and v.ndim else v for k, v in terms.items()}
-        sub["any_moe"] = is_moe
-        X[live] = _fixed_point(lambda v: _iteration(sub, v)[0], lam_r[live], X_max[live],  # noqa: B023
-                               affine=not is_moe)
+        kind = (E > 1) == is_moe
+        for rows, solve in ((np.flatnonzero(~(offline | overloaded) & kind), "rate"),
+                            (np.flatnonzero(thinking & kind), "think")):
+            if not rows.size:
+                continue
+            sub = {k: v[rows] if isinstance(v, np.ndarray) and v.ndim else v for k, v in terms.items()}
+            sub["any_moe"] = is_moe
+            def t_of(v: Array, sub: dict[str, Array] = sub) -> Array:
+                return _iteration(sub, v)[0]
+
+            if solve == "rate":
+                X[rows] = _fixed_point(t_of, lam_r[rows], X_max[rows], affine=not is_moe)
+            else:
+                X[rows] = closed_loop_throughput(t_of, clients[rows], think[rows], passes[rows], X_max[rows],
+                                                 affine=not is_moe)
     # a request's own tokens are in the passes that serve it: its decode token in every decode pass, its whole
     # prompt chunk in its prefill pass (at light load X < 1 the average pass holds a fraction of them)
     split: dict[str, Array] = {}
     one_decode = np.maximum(X, 1.0 / np.maximum(steps, 1.0))
     t_stage, comp, traffic = _iteration(terms, X, split, X_dec=one_decode)
     t_prefill, _, _ = _iteration(terms, np.maximum(X, 1.0 / n_pre), X_dec=X)
+    idle_clients = thinking & (X < X_max)  # think time leaves the engine below its maximum load
     utilization = np.where(offline | overloaded, 1.0, np.minimum(lam_r * dp / req_capacity, 1.0))
+    utilization = np.where(idle_clients, np.minimum(X / t_stage * dp / req_capacity, 1.0), utilization)
     tpot = p * t_stage * steps / np.maximum(s_out - 1.0, 1e-9)  # a step's time over the tokens it yields
-    ttft = 0.5 * utilization * t_stage + n_pre * p * t_prefill
+    prefill = n_pre * p * t_prefill
+    ttft = 0.5 * utilization * t_stage + prefill
     concurrency = X * p * life  # per replica
     out_tps = dp * X * s_out / t_stage
     kv_used = concurrency * pages * kv_token
-    # closed loop: the clients the engine does not run wait to be admitted (Little's law, N = R · time in system)
-    wait = np.where(np.isinf(clients), 0.0, np.maximum(clients - concurrency, 0.0) * t_stage / X)
+    # closed loop: the clients the engine does not run and that are not thinking wait to be admitted (Little's
+    # law, N = R · (time in system + Z)); under a Poisson rate, the G/G/c wait (poisson_admission_wait)
+    wait = np.where(np.isinf(clients) | idle_clients, 0.0,
+                    np.maximum(clients - think * X / t_stage - concurrency, 0.0) * t_stage / X)
+    poisson = ~(offline | overloaded)
+    p_wait, mean_waiting = poisson_admission_wait(utilization, X_max * passes, req_capacity / dp)
+    wait = np.where(poisson, p_wait * mean_waiting, wait)
     ttft = ttft + wait
     held = np.where(batch_cap <= kv_capacity, np.where(clients < engine_cap, 7, 0), 1)
     bound = np.where(by_concurrency <= by_budget, held, 2)
-    limit = np.where(offline, bound, np.where(comp >= traffic, 3, 4))
+    limit = np.where(offline, np.where(idle_clients, 7, bound), np.where(comp >= traffic, 3, 4))
+
+    # ---- percentiles: prefill + the iteration boundary + the queue; TPOT from the chunks sharing iterations
+    slope = prompt_time(terms)
+    decode_only = t_stage - X * slope  # the iteration without prompt chunks
+    decode_tokens = np.maximum(s_out - 1.0, 1e-9)
+    spread = tpot_spread(slope / n_pre, X * n_pre, poisson, p, steps, decode_tokens)
+    tpot_floor = p * decode_only * steps / decode_tokens
+    pct: dict[str, Array] = {}
+    for q, z, t_name, p_name in zip(PERCENTILES, Z_SCORES, TTFT_PERCENTILES, TPOT_PERCENTILES, strict=True):
+        queue = np.where(poisson, exponential_tail_quantile(p_wait, mean_waiting, q / 100.0), wait)
+        pct[t_name] = prefill + admission_boundary_quantile(t_stage, utilization, q / 100.0) + queue
+        pct[p_name] = np.maximum(tpot + z * spread, tpot_floor)
+    requests_per_s = dp * X / t_stage
+    running = dp * concurrency
+
+    # ---- bursts: n requests at t = 0, in waves of the engine's concurrency ---------------------------------
+    rows = np.flatnonzero(burst)
+    if rows.size:
+        b = _burst_waves_served({k: v[rows] if isinstance(v, np.ndarray) and v.ndim else v for k, v in terms.items()},
+                                clients[rows], concurrency[rows], X_max[rows], passes[rows], budget[rows],
+                                t_stage[rows], tpot[rows], p[rows], steps[rows], decode_tokens[rows])
+        requests_per_s, out_tps, ttft, tpot, wait, running = (v.copy() for v in (
+            requests_per_s, out_tps, ttft, tpot, wait, running))
+        requests_per_s[rows] = dp[rows] * b["requests_per_replica_s"]
+        out_tps[rows] = requests_per_s[rows] * s_out[rows]
+        ttft[rows], tpot[rows], wait[rows] = b["ttft"], b["tpot"], b["wait"]
+        running[rows] = dp[rows] * b["running"]
+        for name in (*TTFT_PERCENTILES, *TPOT_PERCENTILES):
+            pct[name] = pct[name].copy()
+            pct[name][rows] = b[name]
     return {
         "output_tokens_per_s": out_tps, "output_tokens_per_s_per_gpu": out_tps / x["gpus"],
-        "requests_per_s": dp * X / t_stage, "ttft_s": ttft, "tpot_s": tpot, "tokens_per_s_per_user": 1.0 / tpot,
-        "running_requests": dp * concurrency, "queue_wait_s": wait,
+        "requests_per_s": requests_per_s, "ttft_s": ttft, "tpot_s": tpot, **pct, "tokens_per_s_per_user": 1.0 / tpot,
+        "running_requests": running, "queue_wait_s": wait,
         "kv_cache_utilization": kv_used / np.maximum(kv_budget, 1.0),
         "iteration_ms": t_stage * 1e3, "iteration_tokens": X * (s_in + step_tokens),
         "kv_capacity_requests": kv_capacity, "weights_bytes": weights, "kv_cache_bytes": kv_used,

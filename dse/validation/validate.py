@@ -42,8 +42,8 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
     "source",
 )
 OPTIONAL_COLUMNS: tuple[str, ...] = ("finetune", "lora_rank", "kv_precision", "max_num_tokens", "request_rate",
-                                     "stack", "concurrency", "attention", "offload", *ARCHITECTURE_COLUMNS, "etp",
-                                     "spec_tokens", "spec_acceptance")
+                                     "stack", "concurrency", "think_time_s", "arrival", "attention", "offload",
+                                     *ARCHITECTURE_COLUMNS, "etp", "spec_tokens", "spec_acceptance")
 #: Internal columns :func:`read_cases` adds: the stack a row named when it was predicted with the nearest documented
 #: one, and why a row is skipped before it is predicted (a stack of no known project).
 STACK_GIVEN, SKIP_REASON = "_stack_given", "_skip_reason"
