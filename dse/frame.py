@@ -258,7 +258,8 @@ def architecture_inputs(frame: pd.DataFrame, x: dict[str, np.ndarray], source: s
         x[k] = _integers(frame, k, source)
     x["attention_kind"] = (_named_codes(frame, "attention_kind", codes.ATTENTION_KIND, source)
                            if "attention_kind" in frame.columns else cells.constant(len(frame), np.nan))
-    for bad, col, allowed in architecture_errors(x):
+    absent = all(cells.is_constant(x[k]) and np.isnan(x[k][0]) for k in (*ARCHITECTURE_INTEGERS, "attention_kind"))
+    for bad, col, allowed in ([] if absent else architecture_errors(x)):  # no column given: nothing to contradict
         if bad.any():
             pos = int(np.flatnonzero(bad)[0])
             value = frame[col].iloc[pos] if col in frame.columns else None
@@ -503,7 +504,7 @@ def _inputs_beside(out: pd.DataFrame, x: Mapping[str, np.ndarray], sys_codes: np
             columns[k] = np.asarray(v).astype(np.int64) if integers else np.asarray(v)
     if wanted("hbm_bytes"):
         columns["hbm_bytes"] = hw["hbm_bytes"]
-    return pd.concat([pd.DataFrame(columns, index=out.index), out], axis=1) if columns else out
+    return pd.concat([pd.DataFrame(columns, index=out.index, copy=False), out], axis=1) if columns else out
 
 
 def _decode_kv_reads(frame: pd.DataFrame, source: str) -> np.ndarray:
