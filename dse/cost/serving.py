@@ -141,6 +141,9 @@ def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object],
         bad_pool = disagg & ((x["prefill_gpus"] < 1) | (np.fmod(x["prefill_gpus"], tp_p) != 0)
                              | (np.fmod(x["heads"], tp_p) != 0))
         reason = np.where((reason == 0) & bad_pool, codes.REASON_CODE["prefill pool does not divide"], reason)
+        if disagg.any():  # the KV cache must reach the decode pool: no link, no answer (not 0 requests/s)
+            reason = np.where((reason == 0) & disagg & ~(kv_link(x)[1] > 0),
+                              codes.REASON_CODE["crosses nodes without scale-out network"], reason)
         # wide expert parallelism: whole experts on each of ep GPUs that tile the replicas' tp·dp GPUs
         ep = x["ep"]
         reason = np.where((reason == 0) & (ep > 1) & (np.fmod(x["experts"], ep) != 0),
@@ -501,17 +504,25 @@ def kv_transfer(x: dict[str, Array]) -> tuple[Array, Array, Array]:
     replica: input_len · L · 2 · kv_heads · head_dim · kv bytes (every layer, every KV head), over the scale-up
     link when both pools sit in one scale-up domain (prefill + decode GPUs <= its size), else over the NICs;
     min(prefill tp, decode tp·pp) GPU pairs send their shards at once.  t = bytes / (pairs · link) + latency."""
-    h, L = x["hidden"], x["layers"]
+    L = x["layers"]
     kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
     rec = layer_record(x)
     nbytes = held_tokens(x["input_len"], rec) * L * rec["kv_cache"] * kv_b
-    decode_gpus = x["tp"] * x["pp"] * x["dp"]
-    same = mask(np.nan_to_num(x["prefill_gpus"]) + decode_gpus <= x["scaleup_gpus"], h)
-    per_gpu = pick(same, x["scaleup_ring_bw"], x["scaleout_bw"])
+    same, per_gpu = kv_link(x)
     pairs = np.minimum(np.where(np.isnan(x["prefill_tp"]), 1.0, x["prefill_tp"]), x["tp"] * x["pp"])
     bw = pairs * per_gpu
     latency = pick(same, x["scaleup_latency_s"], x["scaleout_latency_s"])
     return nbytes, bw, nbytes / bw + latency
+
+
+def kv_link(x: dict[str, Array]) -> tuple[Array, Array]:
+    """(both pools in one scale-up domain: 1/0, bytes/s of one GPU's link) that carries the KV cache from the
+    prefill pool to the decode pool: the scale-up ring when prefill + decode GPUs fit in the domain, else the
+    scale-out NIC (0 on a system without a scale-out network: such a row gets the reason ``crosses nodes
+    without scale-out network``)."""
+    decode_gpus = x["tp"] * x["pp"] * x["dp"]
+    same = mask(np.nan_to_num(x["prefill_gpus"]) + decode_gpus <= x["scaleup_gpus"], x["hidden"])
+    return same, pick(same, x["scaleup_ring_bw"], x["scaleout_bw"])
 
 
 def _kv_capacity(x: dict[str, Array], budget: Array) -> dict[str, Array]:
