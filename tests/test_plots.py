@@ -335,3 +335,22 @@ def test_roofline_places_the_memory_bound_kernels_the_model_times() -> None:
     assert gpt.loc["scale-mask-softmax + dropout", "bytes"] == pytest.approx(
         (K.STANDARD_ATTENTION_FWD_BYTES - 4) * scores)
     assert "2 norms (LayerNorm)" in gpt.index and "FFN activation (GELU)" in gpt.index
+
+
+def test_scaling_log_axis_labels_enough_values_to_read_a_line(tmp_path: Path, monkeypatch) -> None:
+    """Issue 24's figure review: scaling_gpus had too few tick labels to read a value (a panel of 440 ... 4,500
+    tokens/s showed only 500, 1000, 2000).  A panel spanning less than two decades labels 1, 2, 3, 5, 7 x 10^n."""
+    from dse.plots import draw
+
+    assert draw.log_subs([440.0, 4500.0]) == (1.0, 2.0, 3.0, 5.0, 7.0)
+    assert draw.log_subs([1.0, 1e4]) == (1.0, 2.0, 5.0)
+    data = pd.DataFrame({"gpus": [128, 256, 128, 256], "system": ["a", "a", "b", "b"],
+                         "tokens_per_s_per_gpu": [440.0, 445.0, 4400.0, 4500.0]})
+    captured = {}
+    save = draw.save_figure
+    monkeypatch.setattr(draw, "save_figure", lambda fig, path: captured.setdefault("fig", fig) and save(fig, path))
+    draw.draw_scaling(data, "tokens_per_s_per_gpu", "gpus", tmp_path / "s.png", hue="system")
+    ax = captured["fig"].axes[0]
+    lo, hi = ax.get_ylim()
+    shown = [t for t in ax.get_yticks() if lo <= t <= hi]
+    assert len(shown) >= 5, shown

@@ -79,6 +79,15 @@ def plain_log(axis: Any, subs: Sequence[float] = (1.0, 2.0, 5.0)) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
+def log_subs(values: Any) -> tuple[float, ...]:
+    """Labelled ticks per decade of a log axis showing ``values``: 1, 2, 3, 5, 7 × 10ⁿ when they span less than two
+    decades (a panel of one model: its lines sit within a decade or so, and 1, 2, 5 left lines at 4,500 between the
+    labels 2,000 and 5,000 with no value to read against), 1, 2, 5 over wider spans."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v) & (v > 0)]
+    return (1.0, 2.0, 3.0, 5.0, 7.0) if v.size and v.max() / v.min() < 100 else (1.0, 2.0, 5.0)
+
+
 def _spans(values: np.ndarray, ratio: float = 30.0) -> bool:
     """Positive values spanning more than ``ratio`` — more than a decade and a half: a log axis reads better."""
     v = values[np.isfinite(values)]
@@ -220,7 +229,7 @@ def draw_scaling(data: pd.DataFrame, metric: str, x: str, path: str | Path, hue:
         ax.grid(True, which="major", alpha=0.3)
         if log_y:
             ax.set_yscale("log")
-            plain_log(ax.yaxis)
+            plain_log(ax.yaxis, log_subs(_display(metric, panel[metric])))
         else:
             ax.set_ylim(bottom=0)
         if facet is not None:
