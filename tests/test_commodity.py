@@ -177,3 +177,21 @@ def test_the_remainders_do_not_make_the_70b_sft_fit_without_data_parallelism():
     assert sum(remainders[k] for k in states) == pytest.approx(sum(mixed[k] for k in states), rel=1e-6)
     assert remainders["mem_grads_bytes"] == pytest.approx(2.0 * mixed["mem_grads_bytes"], rel=1e-6)
     assert not remainders["fits"]
+
+
+def test_deepspeed_zero3_keeps_up_to_its_live_parameter_bound_gathered():
+    """DeepSpeed ZeRO-3 (zero3_fetch on_demand) does not release a gathered parameter reused within
+    stage3_max_reuse_distance and keeps up to stage3_max_live_parameters resident (1e9 each, DeepSpeed's
+    zero/config.py defaults): 1e9 bf16 parameters = 2 GB for Llama-2 7B.  FSDP-style prefetch holds two layers:
+    2 x (4 h^2 + 3 h f) = 2 x 202.4M parameters for h 4096, f 11008.  The difference is all in the buffers."""
+    import pandas as pd
+
+    from dse import evaluate
+
+    row = {"model": "llama2-7b", "system": "a800-sxm-80gb", "gpus": 8, "global_batch": 8, "micro_batch": 1,
+           "seq_len": 350, "zero": 3, "precision": "bf16"}
+    out = evaluate(pd.DataFrame([{**row, "zero3_fetch": "on_demand"}, {**row, "zero3_fetch": "prefetch"}]))
+    h, f = 4096, 11008
+    layer = 4 * h * h + 3 * h * f
+    diff = out["mem_buffers_bytes"].iloc[0] - out["mem_buffers_bytes"].iloc[1]
+    assert diff == pytest.approx(2.0 * (1e9 - 2 * layer), rel=1e-3)

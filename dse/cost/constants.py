@@ -118,6 +118,15 @@ EAGER_BMM_EFFICIENCY = 128.5e9 / (6.53e-3 * 312e12)
 #: r2 w2; 6).
 ADAM_16BIT_BYTES_PER_PARAM = 46.0
 
+#: DeepSpeed ZeRO-3 keeps gathered parameters resident: "stage3_max_reuse_distance: do not release a parameter if it
+#: will be reused within this threshold of parameters" and "stage3_max_live_parameters: the maximum number of
+#: parameters resident per GPU before releasing", both 1e9 by default (microsoft/DeepSpeed
+#: deepspeed/runtime/zero/config.py @03dc2b92, max_live_parameters / max_reuse_distance = pp_int(1e9); HF
+#: Transformers' DeepSpeed examples keep 1e9).  At the turn from the forward to the backward every recently used
+#: layer is reused within far fewer than 1e9 parameters, so the gathered 16-bit weights resident reach
+#: min(1e9, the stage's parameters): 2 GB for Llama-2 7B, where one layer is 0.4 GB.
+DEEPSPEED_MAX_LIVE_PARAMETERS = 1e9
+
 #: Host time per local routed expert, MoE layer and micro-batch (forward + backward) of Megatron-core with
 #: Transformer Engine: the dropless dispatcher's device-to-host sync of the tokens per expert, then TE's
 #: GroupedLinear launching each local expert's GEMMs, casts and transposes one by one (the CPU's launches,

@@ -211,6 +211,19 @@ def attention_span(seq_len: Array, doc_len: Array) -> Array:
     return np.where(np.isnan(doc_len), seq_len, np.minimum(doc_len, seq_len))
 
 
+def zero3_gathered_bytes(p_layer: Array, p_stage: Array, weight_stage_bytes: Array, prefetch: Array) -> Array:
+    """Bytes of gathered (unsharded) weights a ZeRO-3 GPU holds at its peak.  Prefetching stacks (FSDP2,
+    Megatron-FSDP: ``zero3_fetch = prefetch``) hold the layer that runs and the next one: 2 layers.  DeepSpeed
+    (``on_demand``) releases a gathered parameter only when it will not be reused within
+    ``stage3_max_reuse_distance`` parameters, up to ``stage3_max_live_parameters`` resident
+    (:data:`dse.cost.constants.DEEPSPEED_MAX_LIVE_PARAMETERS`, 1e9 each by default): at the forward-to-backward turn
+    min(1e9, the stage's parameters) stay gathered, at the bytes per parameter of the stage's weights."""
+    per_param = weight_stage_bytes / np.maximum(p_stage, 1.0)
+    resident = np.maximum(np.minimum(K.DEEPSPEED_MAX_LIVE_PARAMETERS, p_stage), 2.0 * p_layer)
+    held = pick(prefetch, 2.0 * p_layer, resident)
+    return per_param * held
+
+
 def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one formula, read top to bottom
     L, h, a, f, V = x["layers"], x["hidden"], x["heads"], x["ffn_hidden"], x["vocab"]
     E, topk, mlp = x["experts"], x["top_k"], x["mlp"]
@@ -649,7 +662,7 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     optim = optimizer_bytes(p_train, dpc, zero, pick(adam16, tw * state_per_param, state_per_param))
     if any_offload:
         optim = (1.0 - off_opt) * optim
-    buffers = K.RUNTIME_RESERVED_BYTES + z3 * (2.0 * 2.0 * p_layer)  # ZeRO-3 prefetches two layers
+    buffers = K.RUNTIME_RESERVED_BYTES + z3 * zero3_gathered_bytes(p_layer, p_stage, weight_stage_bytes, prefetch)
     # the peak of the step is that of the forward/backward (activations held) or of the optimizer step (the
     # activations freed, the step's temporaries allocated), whichever is larger
     step_temp = (1.0 - off_opt) * adam16 * tw * OPTIMIZER_TEMP_BYTES[1] * opt_params
