@@ -17,7 +17,7 @@ tp > 1); ``when_vpp`` (1 when the row interleaves, vpp > 1, else 0: Megatron-Bri
 layers plus the embedding and the loss do, else ``even``; :func:`embedding_loss_where_uneven`).
 Settings the cost model has no term for (``fp8_recipe``) are recorded for the reader; the serving settings
 (``max_batch``, ``max_num_tokens``, ``kv_memory_fraction``, ``kv_block_tokens``, ``chunked_prefill``,
-``cuda_graphs``, ``kv_reservation``) are the engine's defaults.
+``cuda_graphs``, ``kv_reservation``, ``kv_memory_basis``) are the engine's defaults.
 """
 
 from __future__ import annotations
@@ -81,10 +81,11 @@ SERVE_KNOBS: dict[str, str] = {"decode_kv_reads": "per_kv_head or per_query_head
                                "max_batch": "integer", "max_num_tokens": "integer",
                                "kv_memory_fraction": "number in (0, 1]", "kv_block_tokens": "integer",
                                "chunked_prefill": "0 or 1", "cuda_graphs": "0 or 1",
-                               "kv_reservation": "mean or full"}
+                               "kv_reservation": "mean or full", "kv_memory_basis": "free or total"}
 #: Values of the serving settings that name rather than count: their code in the kernel.
 SERVE_VALUE_CODES: dict[str, tuple[str, ...]] = {"decode_kv_reads": codes.DECODE_KV_READS,
-                                                 "kv_reservation": ("mean", "full")}
+                                                 "kv_reservation": ("mean", "full"),
+                                                 "kv_memory_basis": ("free", "total")}
 SPECIAL = ("auto", "when_vpp", "when_uneven")
 #: The knobs a special value other than ``auto`` may set (``when_uneven`` resolves to a pipeline split).
 SPECIAL_KNOBS: dict[str, tuple[str, ...]] = {"when_vpp": ("dp_overlap", "pp_overlap", "sp"),
@@ -131,9 +132,9 @@ def stack_names() -> tuple[str, ...]:
 SERVING_STACK_SETTINGS: tuple[tuple[str, str], ...] = (
     ("kv_memory_fraction", "kv_memory_fraction"), ("kv_block_tokens", "kv_block_tokens"), ("max_batch", "batch"),
     ("max_num_tokens", "max_num_tokens"), ("decode_kv_reads", "decode_kv_reads"), ("cuda_graphs", "cuda_graphs"),
-    ("kv_reservation", "kv_reservation"))
+    ("kv_reservation", "kv_reservation"), ("kv_memory_basis", "kv_memory_basis"))
 #: Serving inputs that neither the row nor its stack sets take these values (no CUDA graphs, KV on demand).
-SERVING_UNSTATED: dict[str, float] = {"cuda_graphs": 0.0, "kv_reservation": 0.0}
+SERVING_UNSTATED: dict[str, float] = {"cuda_graphs": 0.0, "kv_reservation": 0.0, "kv_memory_basis": 0.0}
 
 
 @cache
