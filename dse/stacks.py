@@ -65,6 +65,15 @@ STACKS: dict[str, str] = {
                            "Zhang et al. 2023",
     "megatron-lm-2023": "Megatron-LM as benchmarked in Zhang et al. 2023",
     "nim-llm-1.8.0": "NVIDIA NIM for LLMs 1.8.0 (engine not stated by its benchmark page)",
+    "vllm-0.4": "vLLM 0.4 (V0 engine, no chunked prefill; defaults read at v0.4.2)",
+    "vllm-0.6": "vLLM 0.6 (V0 engine; defaults read at v0.6.0)",
+    "vllm-0.8": "vLLM 0.8 (V1 engine by default; defaults read at v0.8.5)",
+    "sglang-0.3": "SGLang 0.3 (defaults read at v0.3.0)",
+    "sglang-0.4": "SGLang 0.4 (defaults read at v0.4.0)",
+    "tgi-2.0": "Hugging Face Text Generation Inference 2.0 (paged attention, no chunked prefill)",
+    "tgi-3.0": "Hugging Face Text Generation Inference 3.0 (flashinfer, prefix caching, chunked prefill)",
+    "lightllm-2023": "ModelTC LightLLM as of 2023-10-31 (TokenAttention, Efficient Router), the engine arXiv "
+                     "2311.03687 measured",
 }
 
 #: Training knobs a profile sets (kernel inputs) and the values each takes.
@@ -212,6 +221,8 @@ def profiles() -> pd.DataFrame:
         elif key in SERVE_VALUE_CODES:
             if value not in SERVE_VALUE_CODES[key]:
                 raise ValueError(f"{where}: {key} = {value!r}; allowed: {', '.join(SERVE_VALUE_CODES[key])}")
+        elif key in SERVE_KNOBS and not _serve_number_allowed(SERVE_KNOBS[key], value):
+            raise ValueError(f"{where}: {key} = {value!r}; allowed: {SERVE_KNOBS[key]}")
         elif key not in RECORDED and key not in SERVE_KNOBS:
             raise ValueError(f"{where}: unknown key {key!r}")
         if not row["source"].strip():
@@ -220,6 +231,20 @@ def profiles() -> pd.DataFrame:
     if dup.any():
         raise ValueError(f"dse/stacks.csv: {table.loc[dup, ['stack', 'key']].iloc[0].tolist()} is set twice")
     return table
+
+
+def _serve_number_allowed(allowed: str, value: str) -> bool:
+    """A counting serving setting's value is of its kind (SERVE_KNOBS: a positive integer, a number in (0, 1],
+    0 or 1)."""
+    if allowed == "0 or 1":
+        return value in ("0", "1")
+    if allowed == "integer":
+        return value.isdigit() and int(value) >= 1
+    try:
+        number = float(value)
+    except ValueError:
+        return False
+    return 0.0 < number <= 1.0
 
 
 def profile(stack: str) -> dict[str, str]:
