@@ -17,7 +17,7 @@ tp > 1); ``when_vpp`` (1 when the row interleaves, vpp > 1, else 0: Megatron-Bri
 layers plus the embedding and the loss do, else ``even``; :func:`embedding_loss_where_uneven`).
 Settings the cost model has no term for (``fp8_recipe``) are recorded for the reader; the serving settings
 (``max_batch``, ``max_num_tokens``, ``kv_memory_fraction``, ``kv_block_tokens``, ``chunked_prefill``,
-``cuda_graphs``, ``kv_reservation``) are the engine's defaults.
+``cuda_graphs``, ``kv_reservation``, ``kv_memory_basis``) are the engine's defaults.
 """
 
 from __future__ import annotations
@@ -65,6 +65,15 @@ STACKS: dict[str, str] = {
                            "Zhang et al. 2023",
     "megatron-lm-2023": "Megatron-LM as benchmarked in Zhang et al. 2023",
     "nim-llm-1.8.0": "NVIDIA NIM for LLMs 1.8.0 (engine not stated by its benchmark page)",
+    "vllm-0.4": "vLLM 0.4 (V0 engine, no chunked prefill; defaults read at v0.4.2)",
+    "vllm-0.6": "vLLM 0.6 (V0 engine; defaults read at v0.6.0)",
+    "vllm-0.8": "vLLM 0.8 (V1 engine by default; defaults read at v0.8.5)",
+    "sglang-0.3": "SGLang 0.3 (defaults read at v0.3.0)",
+    "sglang-0.4": "SGLang 0.4 (defaults read at v0.4.0)",
+    "tgi-2.0": "Hugging Face Text Generation Inference 2.0 (paged attention, no chunked prefill)",
+    "tgi-3.0": "Hugging Face Text Generation Inference 3.0 (flashinfer, prefix caching, chunked prefill)",
+    "lightllm-2023": "ModelTC LightLLM as of 2023-10-31 (TokenAttention, Efficient Router), the engine arXiv "
+                     "2311.03687 measured",
 }
 
 #: Training knobs a profile sets (kernel inputs) and the values each takes.
@@ -81,10 +90,11 @@ SERVE_KNOBS: dict[str, str] = {"decode_kv_reads": "per_kv_head or per_query_head
                                "max_batch": "integer", "max_num_tokens": "integer",
                                "kv_memory_fraction": "number in (0, 1]", "kv_block_tokens": "integer",
                                "chunked_prefill": "0 or 1", "cuda_graphs": "0 or 1",
-                               "kv_reservation": "mean or full"}
+                               "kv_reservation": "mean or full", "kv_memory_basis": "free or total"}
 #: Values of the serving settings that name rather than count: their code in the kernel.
 SERVE_VALUE_CODES: dict[str, tuple[str, ...]] = {"decode_kv_reads": codes.DECODE_KV_READS,
-                                                 "kv_reservation": ("mean", "full")}
+                                                 "kv_reservation": ("mean", "full"),
+                                                 "kv_memory_basis": ("free", "total")}
 SPECIAL = ("auto", "when_vpp", "when_uneven")
 #: The knobs a special value other than ``auto`` may set (``when_uneven`` resolves to a pipeline split).
 SPECIAL_KNOBS: dict[str, tuple[str, ...]] = {"when_vpp": ("dp_overlap", "pp_overlap", "sp"),
@@ -131,9 +141,9 @@ def stack_names() -> tuple[str, ...]:
 SERVING_STACK_SETTINGS: tuple[tuple[str, str], ...] = (
     ("kv_memory_fraction", "kv_memory_fraction"), ("kv_block_tokens", "kv_block_tokens"), ("max_batch", "batch"),
     ("max_num_tokens", "max_num_tokens"), ("decode_kv_reads", "decode_kv_reads"), ("cuda_graphs", "cuda_graphs"),
-    ("kv_reservation", "kv_reservation"))
+    ("kv_reservation", "kv_reservation"), ("kv_memory_basis", "kv_memory_basis"))
 #: Serving inputs that neither the row nor its stack sets take these values (no CUDA graphs, KV on demand).
-SERVING_UNSTATED: dict[str, float] = {"cuda_graphs": 0.0, "kv_reservation": 0.0}
+SERVING_UNSTATED: dict[str, float] = {"cuda_graphs": 0.0, "kv_reservation": 0.0, "kv_memory_basis": 0.0}
 
 
 @cache
@@ -211,6 +221,8 @@ def profiles() -> pd.DataFrame:
         elif key in SERVE_VALUE_CODES:
             if value not in SERVE_VALUE_CODES[key]:
                 raise ValueError(f"{where}: {key} = {value!r}; allowed: {', '.join(SERVE_VALUE_CODES[key])}")
+        elif key in SERVE_KNOBS and not _serve_number_allowed(SERVE_KNOBS[key], value):
+            raise ValueError(f"{where}: {key} = {value!r}; allowed: {SERVE_KNOBS[key]}")
         elif key not in RECORDED and key not in SERVE_KNOBS:
             raise ValueError(f"{where}: unknown key {key!r}")
         if not row["source"].strip():
@@ -219,6 +231,20 @@ def profiles() -> pd.DataFrame:
     if dup.any():
         raise ValueError(f"dse/stacks.csv: {table.loc[dup, ['stack', 'key']].iloc[0].tolist()} is set twice")
     return table
+
+
+def _serve_number_allowed(allowed: str, value: str) -> bool:
+    """A counting serving setting's value is of its kind (SERVE_KNOBS: a positive integer, a number in (0, 1],
+    0 or 1)."""
+    if allowed == "0 or 1":
+        return value in ("0", "1")
+    if allowed == "integer":
+        return value.isdigit() and int(value) >= 1
+    try:
+        number = float(value)
+    except ValueError:
+        return False
+    return 0.0 < number <= 1.0
 
 
 def profile(stack: str) -> dict[str, str]:

@@ -96,7 +96,7 @@ def test_python_example_runs_in_a_fresh_clone(monkeypatch):
 def test_stack_profile_table_matches_the_profiles():
     from dse.stacks import STACKS, profile
 
-    section = _section("## Software stacks", "## Case files")
+    section = _section("## Software stacks", "*Serving engines*")  # the training table
     keys = ("attention", "tp_overlap", "dp_overlap", "pp_overlap", "sp", "recompute", "zero")
     for stack in STACKS:
         pr = profile(stack)
@@ -105,6 +105,22 @@ def test_stack_profile_table_matches_the_profiles():
             assert line is None, stack
             continue
         assert line == "| `{}` | {} |".format(stack, " | ".join(pr.get(k, "-") for k in keys)), stack
+
+
+def test_serving_profile_table_matches_the_profiles():
+    """Issue 22: every stack that sets an engine default (other than cuda_graphs, which training stacks record)
+    has its row, in the order of STACKS, with '-' where the profile leaves the model's default."""
+    from dse.stacks import STACKS, profile
+
+    section = _section("## Software stacks", "## Case files")
+    header = next(ln for ln in section.splitlines() if ln.startswith("| stack | max_batch"))
+    keys = [k.strip() for k in header.strip("|").split("|")][1:]
+    expected = ["| `{}` | {} |".format(stack, " | ".join(profile(stack).get(k, "-") for k in keys))
+                for stack in STACKS if any(k in profile(stack) for k in keys if k != "cuda_graphs")]
+    lines = section.splitlines()
+    start = lines.index(header) + 3  # header, rule, generated-table comment
+    assert lines[start:start + len(expected)] == expected
+    assert not lines[start + len(expected)].startswith("| `")
 
 
 def test_speed_table_is_the_recorded_bench_output():

@@ -61,7 +61,7 @@ def test_a_case_file_predicts_an_unknown_release_with_the_nearest_and_skips_an_u
     rows = [{**base, "case": "known", "stack": "megatron-lm-2021"},
             {**base, "case": "newer", "stack": "megatron-lm-2099"},
             {**base, "case": "nemo-newer", "stack": "nemo-26.04"},
-            {**base, "case": "alien", "stack": "lightllm-1.0"}]
+            {**base, "case": "alien", "stack": "mlc-llm-0.1"}]
     path = tmp_path / "cases.csv"
     from dse.validation.validate import REQUIRED_COLUMNS
 
@@ -75,7 +75,7 @@ def test_a_case_file_predicts_an_unknown_release_with_the_nearest_and_skips_an_u
     assert results["newer"].stack == "megatron-lm-2023" and "nearest documented release" in results["newer"].stack_note
     assert results["nemo-newer"].stack == "nemo-26.02"
     assert results["newer"].predicted > 0 and results["nemo-newer"].predicted > 0
-    assert results["alien"].predicted is None and "lightllm-1.0" in results["alien"].skipped
+    assert results["alien"].predicted is None and "mlc-llm-0.1" in results["alien"].skipped
     assert "no release of the same project" in results["alien"].skipped
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out

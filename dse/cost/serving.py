@@ -22,11 +22,13 @@ Steady state, per pipeline micro-batch (pp micro-batches are in flight, each hol
 Concurrency C: at maximum load (``request_rate`` empty: every request queued at once) the smallest of the
 engine's ``batch`` and the KV capacity — the HBM left after weights, the activations of N tokens and the
 runtime reserve, times the engine's KV memory fraction, over each request's KV at its mean context (paged in
-blocks of ``kv_block_tokens``).  Under a given ``request_rate`` λ it is the fixed point of Little's law,
-C = λ/dp · (TTFT + (output_len − 1)·TPOT), iterated a fixed number of times from the light-load value; a rate
-above what the maximum concurrency serves is the reason ``overloaded``.  TTFT = half an iteration of waiting to
-be admitted + the prefill iterations, each a full pass through the pipeline + under a Poisson rate the wait of a
-G/G/c queue (:func:`poisson_admission_wait`; at maximum load the queue's length is not an input, so none).
+blocks of ``kv_block_tokens``); an engine whose fraction bounds the whole HBM (``kv_memory_basis`` = total: vLLM,
+SGLang, TGI 3) keeps fraction × HBM − weights − activations − reserve instead.  Under a given ``request_rate`` λ
+it is the fixed point of Little's law, C = λ/dp · (TTFT + (output_len − 1)·TPOT), iterated a fixed number of
+times from the light-load value; a rate above what the maximum concurrency serves is the reason ``overloaded``.
+TTFT = half an iteration of waiting to be admitted + the prefill iterations, each a full pass through the
+pipeline + under a Poisson rate the wait of a G/G/c queue (:func:`poisson_admission_wait`; at maximum load the
+queue's length is not an input, so none).
 
 Closed loop (``concurrency`` = N clients, each sending its next request when its last one ends, no think time:
 AIPerf / genai-perf ``--concurrency``, ``vllm bench serve --max-concurrency``): every client is always in the
@@ -82,8 +84,8 @@ Array = Any
 
 SERVE_INPUTS: tuple[str, ...] = (*INFER_INPUTS, "max_num_tokens", "request_rate", "kv_memory_fraction",
                                  "kv_block_tokens", "decode_kv_reads", "prefill_gpus", "prefill_tp", "concurrency",
-                                 "cuda_graphs", "kv_reservation", "ep", "spec_tokens", "spec_acceptance",
-                                 "think_time_s", "arrival")
+                                 "cuda_graphs", "kv_reservation", "kv_memory_basis", "ep", "spec_tokens",
+                                 "spec_acceptance", "think_time_s", "arrival")
 #: Latency percentiles reported (per cent); ``ttft_s`` and ``tpot_s`` are the means.
 PERCENTILES: tuple[int, ...] = (50, 90, 99)
 TTFT_PERCENTILES: tuple[str, ...] = tuple(f"ttft_p{q}_s" for q in PERCENTILES)
@@ -546,7 +548,13 @@ def _kv_capacity(x: dict[str, Array], budget: Array) -> dict[str, Array]:
                                     * rec["ffn_moe"]) / t
     act_tokens = np.minimum(budget, s_in + s_out)
     activations = act_tokens * (4.0 * h + 2.0 * n_fc1) * 2.0 + act_tokens * V / t * 4.0 / np.maximum(s_in, 1.0)
-    kv_budget = frac * (x["hbm_bytes"] - weights - activations - K.RUNTIME_RESERVED_BYTES)
+    used = weights + activations + K.RUNTIME_RESERVED_BYTES
+    # TensorRT-LLM and TGI 2 give the KV cache a fraction of the memory the weights and activations leave free
+    # (kv_memory_basis = free); vLLM's gpu_memory_utilization, SGLang's mem_fraction_static and TGI 3 bound
+    # weights + activations + KV by a fraction of the whole HBM (kv_memory_basis = total): dse/stacks.csv cites
+    # each engine's code
+    whole = mask(x["kv_memory_basis"] > 0, s_in)
+    kv_budget = pick(whole, frac * x["hbm_bytes"] - used, frac * (x["hbm_bytes"] - used))
     # the KV a request holds: on demand, its mean context; an engine that reserves to completion at admission
     # (TensorRT-LLM's GUARANTEED_NO_EVICT: KV blocks for the prompt and every output token, never paused) its
     # whole length (kv_reservation = 1)
