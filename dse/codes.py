@@ -108,6 +108,22 @@ DP_REDUCE: tuple[str, ...] = ("reduce_scatter", "reduce_per_rank")
 #: The unit a framework's memory report calls "GB": 10^9 bytes, or 2^30 (PyTorch's and DeepSpeed's memory
 #: printouts divide by 1024^3 and print "GB").
 MEMORY_REPORT: tuple[str, ...] = ("gb", "gib")
+#: ZeRO ≥ 2 with pipeline parallelism: refused (DeepSpeed's engine asserts it: gradient partitioning and the
+#: pipeline's micro-batch accumulation do not mix; the reason row ``zero >= 2 with pp > 1 unsupported``), or
+#: FSDP2 under ``torch.distributed.pipelining`` (torchtitan): ``reshard_after_forward`` off and, on every backward
+#: but the step's last, ``set_reshard_after_backward(False)`` / ``set_requires_gradient_sync(False)``, so the
+#: stage's weights are all-gathered once per step and held, its gradients accumulate unsharded in the reduce
+#: dtype and are reduce-scattered once, after the last backward (see
+#: :func:`dse.cost.training.gather_once_bytes`).
+ZERO_WITH_PP: tuple[str, ...] = ("refuse", "gather_once")
+ZERO_WITH_PP_GATHER_ONCE = 1
+#: How context parallelism exchanges K and V: a ring, one chunk per step, each step's transfer under the previous
+#: step's attention (Megatron-core / Transformer Engine ``cp_comm_type`` p2p), or PyTorch's ``context_parallel``
+#: with ``_AllGatherRotater`` (torchtitan's default ``context_parallel_rotate_method = allgather``): K and V
+#: all-gathered once, hidden only under the first (local) block, the KV gradients sent around a ring in fp32
+#: (see :func:`dse.cost.parallel.cp_allgather_exposed`).
+CP_EXCHANGE: tuple[str, ...] = ("ring", "allgather")
+CP_EXCHANGE_ALLGATHER = 1
 
 #: Reasons a configuration has no answer.  Code 0 means feasible.  The order is the order of the checks:
 #: the first failing check is reported.

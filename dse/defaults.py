@@ -25,6 +25,8 @@ CATEGORICAL_DEFAULTS: dict[str, str] = {
     "memory_report": "gb",
     "adapter_precision": "16bit",
     "dp_reduce": "reduce_scatter",
+    "zero_with_pp": "refuse",
+    "cp_exchange": "ring",
 }
 #: Vocabulary of each categorical input.
 CATEGORICAL: dict[str, tuple[str, ...]] = {
@@ -43,6 +45,8 @@ CATEGORICAL: dict[str, tuple[str, ...]] = {
     "memory_report": codes.MEMORY_REPORT,
     "adapter_precision": codes.ADAPTER_PRECISION,
     "dp_reduce": codes.DP_REDUCE,
+    "zero_with_pp": codes.ZERO_WITH_PP,
+    "cp_exchange": codes.CP_EXCHANGE,
 }
 
 #: The defaults, as documented in the README ("Inputs, defaults and optional knobs").
@@ -81,6 +85,8 @@ DEFAULTS_DOC: dict[str, str] = {
     "memory_report": "gb (peak_memory_gb in 10^9 bytes)",
     "adapter_precision": "16bit (LoRA adapters in the model's 16-bit dtype)",
     "dp_reduce": "reduce_scatter (one collective per gradient bucket)",
+    "zero_with_pp": "refuse (zero >= 2 with pp > 1 is a reason row, as DeepSpeed refuses it)",
+    "cp_exchange": "ring (K,V chunks passed around a ring under the attention: Megatron-core / TE p2p)",
     "etp": "tp (expert tensor parallel: experts split like the dense layers)",
     "moe_imbalance": "1 (balanced routing, as Megatron-Bridge's benchmarks force it)",
     "head_dim": "hidden / heads",

@@ -41,7 +41,8 @@ TRAIN_COLUMNS = ("sp", "micro_batch", "global_batch", "seq_len", "recompute", "z
 OPTIONAL_KNOBS = ("attention", "tp_overlap", "dp_overlap", "pp_overlap", "tied_embeddings", "lora_targets", "offload",
                   "moe_imbalance", "decode_kv_reads", "prefill_gpus", "prefill_tp",
                   "zero3_fetch", "pipeline_split", "layers_first_stage", "layers_last_stage", "doc_len",
-                  "kernels", "optimizer", "memory_report", "adapter_precision", "dp_reduce")
+                  "kernels", "optimizer", "memory_report", "adapter_precision", "dp_reduce",
+                  "zero_with_pp", "cp_exchange")
 
 #: Integer columns: (minimum allowed value).
 INTEGER_MIN: dict[str, int] = {

@@ -52,6 +52,8 @@ STACKS: dict[str, str] = {
     "nemo-25.11": "NVIDIA NeMo / Megatron-Bridge container 25.11",
     "nemo-26.02": "NVIDIA NeMo / Megatron-Bridge container 26.02",
     "megatron-core-2025": "Megatron-core library defaults (core_r0.14-0.15, 2025): nothing overlapped unless asked",
+    "torchtitan-2024.08": "PyTorch torchtitan, August 2024 (FSDP2, TP, PP 1F1B; config_manager.py @a99d2e5d)",
+    "torchtitan-2024.12": "PyTorch torchtitan, December 2024 (FSDP2, TP, PP, CP; config_manager.py @9dec370a)",
     "torchtitan-2025": "PyTorch torchtitan (FSDP2, selective activation checkpointing), 2025",
     "nemo-inference-2023": "NeMo framework inference of Llama-2 (2023 documentation)",
     "tensorrt-llm-0.9.0": "TensorRT-LLM 0.9.0 (perf-overview document)",
@@ -82,6 +84,7 @@ TRAIN_KNOBS: dict[str, tuple[str, ...]] = {
     "dp_overlap": ("0", "1"), "pp_overlap": ("0", "1"), "sp": ("0", "1"), "zero": ("0", "1", "2", "3"),
     "zero3_fetch": codes.ZERO3_FETCH, "kernels": codes.KERNELS, "optimizer": codes.OPTIMIZER,
     "memory_report": codes.MEMORY_REPORT, "adapter_precision": codes.ADAPTER_PRECISION, "dp_reduce": codes.DP_REDUCE,
+    "zero_with_pp": codes.ZERO_WITH_PP, "cp_exchange": codes.CP_EXCHANGE,
     "pipeline_split": codes.PIPELINE_SPLIT,
 }
 #: Settings recorded for the reader (no term in the model) and serving-engine settings.

@@ -192,3 +192,15 @@ def test_ring_latency_counts_nccl_hops():
 
     got = ring_latency(np.array([1.0, 1.0, 1.0]), np.array([1536.0, 8.0, 1.0]), np.array([8.0, 8.0, 8.0]))
     np.testing.assert_allclose(got, [(8.4 + 1344 * 3.4 + 191 * 9.6) * 1e-6, (8.4 + 7 * 3.4) * 1e-6, 0.0])
+
+
+def test_cp_allgather_hides_under_the_local_block_only():
+    """cp_allgather_exposed: max(AG − t_attn/cp, 0); 40 s of attention over 8 ranks leaves a 5 s local block."""
+    from dse.cost.parallel import cp_allgather_exposed, cp_grad_ring_exposed
+
+    assert cp_allgather_exposed(10.0, 40.0, 8.0) == pytest.approx(5.0)
+    assert cp_allgather_exposed(4.0, 40.0, 8.0) == 0.0
+    # the KV-gradient ring: cp − 1 transfers, each under one of the cp − 1 non-local steps' backward
+    assert cp_grad_ring_exposed(3.0, 8.0, 4.0) == pytest.approx(3.0 * 3.0 - 8.0 * 3.0 / 4.0)
+    assert cp_grad_ring_exposed(1.0, 8.0, 4.0) == 0.0
+    np.testing.assert_allclose(cp_allgather_exposed(np.array([10.0, 4.0]), 40.0, 8.0), [5.0, 0.0])

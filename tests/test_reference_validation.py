@@ -121,3 +121,14 @@ def test_readme_todays_models_table_is_the_validate_output(assumptions):
         assert summary["n"] == int(n), (name, metric)
         assert float(mape) == pytest.approx(summary["mape_pct"], abs=0.006), (name, metric)
         assert float(worst) == pytest.approx(summary["max_abs_error_pct"], abs=0.06), (name, metric)
+
+
+@pytest.mark.parametrize("name", ["torchtitan_2024-08_a100_h100.csv", "torchtitan_2024-12_h100.csv"])
+def test_torchtitan_cases_are_all_predicted(name):
+    """Issue 25: every torchtitan row has a prediction -- the pipeline-parallel FSDP2 rows included (they were the
+    reason 'zero >= 2 with pp > 1 unsupported'). Their MAPE (README, "torchtitan") is reported, not asserted: the
+    issue's 20 % is not met yet."""
+    from pathlib import Path
+
+    results = validate_file(Path(__file__).parent / "cases" / name)
+    assert results and all(r.skipped is None and r.predicted is not None for r in results)

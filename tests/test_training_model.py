@@ -292,3 +292,71 @@ def test_blackwell_fp4_gemm_efficiency_is_the_fp8_one_scaled_by_the_cited_kernel
     ratio = ((5.50 + 5.37) / 2 / 9.0) / ((3.20 + 3.10) / 2 / 4.5)
     assert eff["matmul_eff_fp4"] == pytest.approx(eff["matmul_eff_fp8"] * ratio, abs=5e-4)
     assert eff["infer_matmul_eff_fp4"] == pytest.approx(eff["infer_matmul_eff_fp8"] * ratio, abs=5e-4)
+
+
+# ---- FSDP2 with pipeline parallelism (zero_with_pp), PyTorch's all-gather context parallelism (cp_exchange) ----
+
+def _fsdp_pp_rows(**extra):
+    """Llama 3 8B on 16 H100, FSDP over 8 ranks and 2 pipeline stages, ZeRO-3."""
+    row = {"model": "llama3-8b", "system": "h100-sxm-80gb", "gpus": 16, "tp": 1, "pp": 2, "dp": 8,
+           "micro_batch": 1, "global_batch": 16, "seq_len": 4096, "zero": 3, **extra}
+    return dse.evaluate(pd.DataFrame([row]))
+
+
+def test_zero3_with_pp_is_a_reason_row_unless_the_stack_gathers_once():
+    """Bad input stays a reason row (never a silent prediction): empty stack, a NeMo stack, or the knob stated
+    ``refuse``; torchtitan's stacks run it (FSDP2 with reshard_after_forward off under PP)."""
+    for extra in ({}, {"stack": "nemo-24.07"}, {"stack": "torchtitan-2024.12", "zero_with_pp": "refuse"}):
+        out = _fsdp_pp_rows(**extra)
+        assert out["infeasible_reason"].iloc[0] == "zero >= 2 with pp > 1 unsupported", extra
+        assert np.isnan(out["step_time_s"].iloc[0])
+    for stack in ("torchtitan-2024.08", "torchtitan-2024.12", "torchtitan-2025"):
+        out = _fsdp_pp_rows(stack=stack)
+        assert out["infeasible_reason"].iloc[0] in ("", "exceeds_hbm"), stack
+        assert np.isfinite(out["step_time_s"].iloc[0]), stack
+
+
+def test_gather_once_holds_the_unsharded_stage_and_an_fp32_gradient_buffer():
+    """Weights: the unsharded 16-bit copy 2Ψ(1 − 1/N) beside the 2Ψ/N shard = 2Ψ; gradients: the fp32 buffer 4Ψ
+    beside the 16-bit shard 2Ψ/N (adam_mixed) -- gather_once_bytes' equation, Ψ = the stage's parameters."""
+    out = _fsdp_pp_rows(zero_with_pp="gather_once", optimizer="adam_mixed")
+    psi, n = out["params_per_gpu"].iloc[0], 8.0
+    assert out["mem_weights_bytes"].iloc[0] == pytest.approx(2.0 * psi, rel=1e-5)
+    assert out["mem_grads_bytes"].iloc[0] == pytest.approx(4.0 * psi + 2.0 * psi / n, rel=1e-5)
+
+
+def test_gather_once_gathers_once_per_step_not_per_microbatch():
+    """The data-parallel time of a gather_once row does not grow with the micro-batches (ZeRO-3's per-micro-batch
+    gathers would: 2 per micro-batch); at pp = 1 the same rows gather per micro-batch and do grow."""
+    few, many = (_fsdp_pp_rows(zero_with_pp="gather_once", global_batch=gb) for gb in (16, 128))
+    assert many["time_dp_comm_s"].iloc[0] == pytest.approx(few["time_dp_comm_s"].iloc[0], rel=1e-5)
+    z3_few, z3_many = (dse.evaluate(pd.DataFrame([{"model": "llama3-8b", "system": "h100-sxm-80gb", "gpus": 16,
+                                                    "tp": 1, "pp": 1, "dp": 16, "micro_batch": 1, "global_batch": gb,
+                                                    "seq_len": 4096, "zero": 3, "dp_overlap": 0}]))
+                       for gb in (16, 128))
+    assert z3_many["time_dp_comm_s"].iloc[0] > 4.0 * z3_few["time_dp_comm_s"].iloc[0]
+
+
+def test_new_knobs_change_nothing_where_they_do_not_apply():
+    """zero_with_pp only acts with zero >= 2 and pp > 1, cp_exchange only with cp > 1: elsewhere a row gives
+    today's numbers whatever they say."""
+    rows = pd.DataFrame([{"model": "llama3-8b", "system": "h100-sxm-80gb", "gpus": 16, "tp": tp, "pp": pp, "cp": 1,
+                          "micro_batch": 1, "global_batch": 32, "seq_len": 4096, "zero": zero}
+                         for tp, pp, zero in ((1, 1, 3), (2, 2, 1), (2, 1, 2), (1, 2, 0))])
+    base = dse.evaluate(rows)
+    other = dse.evaluate(rows.assign(zero_with_pp="gather_once", cp_exchange="allgather"))
+    for col in ("step_time_s", "mem_total_bytes", "time_dp_comm_s"):
+        np.testing.assert_array_equal(base[col].to_numpy(), other[col].to_numpy())
+
+
+def test_allgather_cp_is_never_faster_than_the_ring_with_the_same_chunks():
+    """PyTorch's all-gather hides under the local block only (1/cp of the attention) where the ring hides under
+    all of it; with KV heads repeated to the query heads its chunks are also a/g times larger."""
+    rows = pd.DataFrame([{"model": "llama3.1-70b", "system": "h100-sxm-96gb", "gpus": 64 * cp, "tp": 8, "pp": 8,
+                          "cp": cp, "micro_batch": 1, "global_batch": 8, "seq_len": 32768 * cp,
+                          "recompute": "full", "zero": 1} for cp in (2, 4, 8)])
+    ring = dse.evaluate(rows.assign(cp_exchange="ring"))
+    gathered = dse.evaluate(rows.assign(cp_exchange="allgather"))
+    assert (gathered["time_cp_comm_s"] >= ring["time_cp_comm_s"]).all()
+    assert (gathered["step_time_s"] >= ring["step_time_s"]).all()
+    assert (gathered["time_cp_comm_s"] > ring["time_cp_comm_s"]).any()  # the rows do reach the term

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 Array = Any  # numpy arrays or scalars that broadcast (the stubs cannot express broadcasting)
 
 ACTIVATION_BYTES = 2.0  #: activations and their gradients travel in 16 bits (bf16/fp16)
@@ -30,6 +32,32 @@ def cp_kv_chunk_bytes(micro_batch: Array, seq_len: Array, cp: Array, kv_width: A
     """K and V of one sequence chunk, exchanged at each of the cp−1 steps of ring attention:
     2 · b · (s/cp) · (g·d/t) · 2 bytes."""
     return 2.0 * micro_batch * seq_len / cp * kv_width / tp * ACTIVATION_BYTES
+
+
+def cp_allgather_exposed(gather_s: Array, attention_s: Array, cp: Array) -> Array:
+    """Exposed time of PyTorch's all-gather K,V exchange in one pass (forward, or the backward's re-gather):
+
+        t = max(AG(cp·C_kv) − t_attn / cp, 0)
+
+    ``gather_s`` the all-gather of every rank's K,V chunk, ``attention_s`` the pass's attention on this rank.
+    PyTorch ``torch/distributed/tensor/experimental/_attention.py`` ``_AllGatherRotater`` ("Only one communication
+    will be done"): ``exchange_buffers`` issues the all-gather at step 0 and ``next_buffer`` waits for it at step
+    1, so only step 0 -- the rank's local causal block, 1/cp of its load-balanced attention -- runs under it.
+    ``_templated_ring_attention_backward`` creates a new ``_AllGatherRotater`` for K,V: the backward gathers
+    again."""
+    return np.maximum(gather_s - attention_s / cp, 0.0)
+
+
+def cp_grad_ring_exposed(step_s: Array, attention_s: Array, cp: Array) -> Array:
+    """Exposed time of the backward's KV-gradient ring in PyTorch's context parallelism:
+
+        t = max((cp − 1)·(C_dkv / link + α) − t_attn_bwd·(cp − 1)/cp, 0),   C_dkv = 2·C_kv (fp32)
+
+    ``_templated_ring_attention_backward`` sends the accumulated dK, dV to the next rank after every step
+    (``dkv_rotater``, all-to-all permute) in the accumulation dtype (``_cp_options.convert_to_f32``: fp32), and
+    waits for the neighbour's after its own next step's kernel: each transfer hides under one step's attention
+    backward."""
+    return np.maximum((cp - 1.0) * step_s - attention_s * (cp - 1.0) / cp, 0.0)
 
 
 def ep_dispatch_bytes(tokens: Array, hidden: Array, top_k: Array, tp: Array, sp: Array) -> Array:

@@ -75,6 +75,8 @@ from dse.cost.network import (
 )
 from dse.cost.parallel import (
     GRAD_COMM_BYTES,
+    cp_allgather_exposed,
+    cp_grad_ring_exposed,
     cp_kv_chunk_bytes,
     ep_dispatch_bytes,
     pp_activation_bytes,
@@ -102,6 +104,7 @@ TRAIN_INPUTS: tuple[str, ...] = (
     "seq_len", "recompute", "zero", "precision", "attention", "tp_overlap", "dp_overlap", "pp_overlap",
     "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch", "pipeline_split", "layers_first_stage",
     "layers_last_stage", "doc_len", "kernels", "optimizer", "memory_report", "adapter_precision", "dp_reduce",
+    "zero_with_pp", "cp_exchange",
     *ARCHITECTURE_COLUMNS, "etp", "moe_imbalance",
 )
 
@@ -224,6 +227,34 @@ def zero3_gathered_bytes(p_layer: Array, p_stage: Array, weight_stage_bytes: Arr
     return per_param * held
 
 
+def gather_once_bytes(stage_params: Array, dp_shards: Array, reduce_bytes: Array = 4.0) -> tuple[Array, Array]:
+    """FSDP2 under pipeline parallelism (``zero_with_pp = gather_once``): the extra weight and gradient bytes per GPU.
+
+    A pipeline stage's weights are all-gathered once per step, under its first forward, and kept; its gradients
+    accumulate unsharded in the reduce dtype and are reduce-scattered once, after the stage's last backward.  In
+    time (``_train_step``) that is
+
+        t_dp = AG(2Ψ_stage, N_d) hidden under the first micro-batch's forward + RS(2Ψ_stage, N_d), not overlapped
+
+    instead of ZeRO-3's 2·m gathers of the stage per step (m micro-batches).  In memory, beside the sharded copies
+    that ZeRO-3 already counts (2Ψ/N_d of weights and of gradients):
+
+        weights   += 2·Ψ_stage·(1 − 1/N_d)   (ZeRO-3: the unsharded 16-bit copy, held for the step)
+        gradients += g_r·Ψ_stage              (the unsharded accumulation buffer; g_r = 4, fp32)
+
+    Sources: PyTorch FSDP2 ``fully_shard`` docs (docs.pytorch.org/docs/stable/distributed.fsdp.fully_shard.html),
+    ``reshard_after_forward``: False keeps the unsharded parameters in memory after forward and avoids the
+    all-gather in backward; torchtitan ``torchtitan/parallelisms/parallelize_llama.py`` ``apply_fsdp`` @9dec370a
+    ("For PP, do not reshard after forward to avoid per-microbatch all-gathers": ``reshard_after_forward = False``
+    when pp is enabled) and ``config_manager.py`` (``mixed_precision_reduce`` = float32); PyTorch
+    ``torch/distributed/pipelining/stage.py`` ``backward_maybe_with_nosync`` (FSDP modules get
+    ``set_reshard_after_backward(False)`` and ``set_requires_gradient_sync(False)`` on every backward but the
+    step's last, whose end calls every FSDP state's ``post_backward``: the reduce-scatter runs after that
+    backward); ``torch/distributed/fsdp/_fully_shard/_fsdp_param.py`` ``FSDPParam.to_accumulated_grad_if_needed``
+    (the unsharded gradient is kept in ``reduce_dtype``).  Returns (extra weight bytes, extra gradient bytes)."""
+    return 2.0 * stage_params * (1.0 - 1.0 / dp_shards), reduce_bytes * stage_params
+
+
 def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one formula, read top to bottom
     L, h, a, f, V = x["layers"], x["hidden"], x["heads"], x["ffn_hidden"], x["vocab"]
     E, topk, mlp = x["experts"], x["top_k"], x["mlp"]
@@ -252,6 +283,12 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     untied = (x["tied_embeddings"] <= 0).astype(f64)
     swiglu = (mlp == codes.MLP_SWIGLU).astype(f64)
     z1, z3 = (zero >= 1).astype(f64), (zero >= 3).astype(f64)
+    # FSDP2 under pipeline parallelism (zero_with_pp = gather_once; rows with zero >= 2 and pp > 1 reach the
+    # kernel only with it): the weights are gathered once per step and the gradients reduced once, after the
+    # step's last backward -- in time a ZeRO-1/2 layout whose reduction is not overlapped; in memory
+    # gather_once_bytes.  z3 below is the per-micro-batch ZeRO-3 gather.
+    once = ((zero >= 2) & (p > 1) & (x["zero_with_pp"] == codes.ZERO_WITH_PP_GATHER_ONCE)).astype(f64)
+    z3 = z3 * (1.0 - once)
     peft = (x["finetune"] >= codes.FINETUNE_LORA).astype(f64)  # adapters on frozen weights
     qlora = (x["finetune"] == codes.FINETUNE_QLORA).astype(f64)
     prefetch = (x["zero3_fetch"] == 0).astype(f64)
@@ -410,9 +447,22 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
               - tp_bwd * np.minimum(dgrad_reduce, wgrad))
 
     # ---- context parallel: ring exchange of K,V hidden under attention ----------------------------------
-    cp_step = p2p_time(cp_kv_chunk_bytes(b, s, c, kvw, t), spans_domains(t, c, D), hw)
+    cp_cross = spans_domains(t, c, D)
+    cp_step = p2p_time(cp_kv_chunk_bytes(b, s, c, kvw, t), cp_cross, hw)
     cp_fwd = np.maximum((c - 1.0) * cp_step - attn_fwd, 0.0)
     cp_bwd = np.maximum(2.0 * (c - 1.0) * cp_step - attn_bwd, 0.0)
+    # PyTorch's context_parallel with the all-gather rotater (torchtitan): K,V gathered once per pass, under the
+    # local block only; the KV gradients around a ring in fp32.  torchtitan's Llama repeats the KV heads before
+    # SDPA (models/llama/model.py repeat_kv @9dec370a), so the chunks are a·d wide, not g·d.
+    cp_ag = (c > 1) * (x["cp_exchange"] == codes.CP_EXCHANGE_ALLGATHER).astype(f64)
+    if bool(cp_ag.any()):
+        kv_chunk = cp_kv_chunk_bytes(b, s, c, rec["q_width"], t)
+        kv_gather = allgather_time(c * kv_chunk, c, group_links(t, c, hw))
+        ag_fwd = cp_allgather_exposed(kv_gather, attn_fwd, c)
+        ag_bwd = (cp_allgather_exposed(kv_gather, attn_bwd, c)
+                  + cp_grad_ring_exposed(p2p_time(2.0 * kv_chunk, cp_cross, hw), attn_bwd, c))
+        cp_fwd = pick(cp_ag, ag_fwd, cp_fwd)
+        cp_bwd = pick(cp_ag, ag_bwd, cp_bwd)
 
     # ---- expert parallel: dispatch + combine all-to-all, forward and backward ---------------------------
     ep_fwd = phi * 2.0 * alltoall_time(imbalance * ep_dispatch_bytes(T, h, kk, t, sp), t * c, e, hw)
@@ -532,7 +582,7 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     # once behind that micro-batch's compute: the longest sets the exposed time.  ZeRO-1/2's parameter
     # all-gather hides under the first forward, the gradient reduction under the last backward (ZeRO-3:
     # its gathers under every micro-batch).  Without dp_overlap the data-parallel transfers are serial.
-    z12 = z1 * (1.0 - z3)
+    z12 = z1 * (1.0 - z3)  # ZeRO-1/2, and gather_once: parameters gathered under the first forward
     # ZeRO-3: forward and backward of one micro-batch; fetched on demand, the weights are freed after each
     # submodule runs, so full recomputation's second forward gathers them a third time (DeepSpeed
     # partitioned_param_coordinator: release_sub_module after every submodule)
@@ -555,13 +605,15 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     def exposed(stream_: Array, d2h_: Array) -> Array:
         regular = np.maximum(0.0, np.maximum(gathers_hidden - stage_compute, stream_ - stage_compute))
         first = np.maximum(regular, dp_overlap * z12 * param_gather - fwd_window)
-        last = np.maximum(dp_overlap * grad_sync + gathers_hidden - pick(z3, stage_compute, bwd_window),
+        # gather_once: the pipeline stage reduce-scatters after its last backward has finished (serial_dp)
+        last = np.maximum(dp_overlap * (1.0 - once) * grad_sync + gathers_hidden - pick(z3, stage_compute, bwd_window),
                           d2h_ + stream_ - stage_compute)
         only = np.maximum(np.maximum(first, last), 0.0)
         many = np.maximum(first, 0.0) + np.maximum(m - 2.0, 0.0) * regular + np.maximum(last, 0.0)
         return pick(mask(m <= 1, m), only, many)
 
-    serial_dp = (1.0 - dp_overlap) * (grad_sync + z12 * param_gather) + (1.0 - dp_overlap * prefetch) * m * gathers
+    serial_dp = ((1.0 - dp_overlap) * (grad_sync + z12 * param_gather) + (1.0 - dp_overlap * prefetch) * m * gathers
+                 + dp_overlap * once * grad_sync)
     hidden_dp = exposed(0.0, 0.0)
     dp_exposed = serial_dp + hidden_dp
     host_state = 0.0 * t_opt_gpu
@@ -662,7 +714,13 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     optim = optimizer_bytes(p_train, dpc, zero, pick(adam16, tw * state_per_param, state_per_param))
     if any_offload:
         optim = (1.0 - off_opt) * optim
-    buffers = K.RUNTIME_RESERVED_BYTES + z3 * zero3_gathered_bytes(p_layer, p_stage, weight_stage_bytes, prefetch)
+    held_weights, _ = gather_once_bytes(weight_stage_bytes / 2.0, dpc)
+    _, held_grads = gather_once_bytes(p_train, dpc)
+    weights = weights + once * (zero >= 3) * held_weights
+    grads = grads + once * held_grads
+    # ZeRO-3's gathered layers (zero3_gathered_bytes); a stage kept gathered for the step (gather_once) has none
+    buffers = K.RUNTIME_RESERVED_BYTES + z3 * (1.0 - once) * zero3_gathered_bytes(p_layer, p_stage,
+                                                                                  weight_stage_bytes, prefetch)
     # the peak of the step is that of the forward/backward (activations held) or of the optimizer step (the
     # activations freed, the step's temporaries allocated), whichever is larger
     step_temp = (1.0 - off_opt) * adam16 * tw * OPTIMIZER_TEMP_BYTES[1] * opt_params
@@ -729,7 +787,8 @@ def _infeasible_reason(x: dict[str, Array]) -> Array:
         (R["(tp*cp*dp) % (ep*etp) != 0"], etp_set & ~divides(e * x["etp"], t * c * d)),
         (R["moe_ffn_hidden % etp != 0"], etp_set & ~divides(x["etp"], np.where(x["moe_ffn_hidden"] > 0,
                                                                                 x["moe_ffn_hidden"], x["ffn_hidden"]))),
-        (R["zero >= 2 with pp > 1 unsupported"], (x["zero"] >= 2) & (p > 1)),
+        (R["zero >= 2 with pp > 1 unsupported"], (x["zero"] >= 2) & (p > 1)
+         & (x["zero_with_pp"] != codes.ZERO_WITH_PP_GATHER_ONCE)),
         (R["crosses nodes without scale-out network"], ~(x["scaleout_bw"] > 0) & (x["gpus"] > x["scaleup_gpus"])),
     )
     # The first failing check wins: walk them from last to first, each overwriting where it fails.

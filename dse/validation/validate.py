@@ -41,9 +41,15 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
     "seq_len", "recompute", "zero", "precision", "batch", "input_len", "output_len", "metric", "measured",
     "source",
 )
+#: Settings a source states that the model reads through other columns, kept for the reader and not used:
+#: ``compile`` (torch.compile, 0/1: its effect is the row's ``kernels``), ``async_tp`` (torchtitan's AsyncTP, 0/1:
+#: its effect is ``tp_overlap``), ``pp_schedule`` (the schedule's name: its effect is ``vpp``), ``ac_option``
+#: (torchtitan's selective_ac_option, ``op`` or a layer interval: dse has one selective mode).
+RECORDED_COLUMNS: tuple[str, ...] = ("compile", "async_tp", "pp_schedule", "ac_option")
 OPTIONAL_COLUMNS: tuple[str, ...] = ("finetune", "lora_rank", "kv_precision", "max_num_tokens", "request_rate",
                                      "stack", "concurrency", "think_time_s", "arrival", "attention", "offload",
-                                     *ARCHITECTURE_COLUMNS, "etp", "spec_tokens", "spec_acceptance")
+                                     *ARCHITECTURE_COLUMNS, "etp", "spec_tokens", "spec_acceptance",
+                                     *RECORDED_COLUMNS)
 #: Internal columns :func:`read_cases` adds: the stack a row named when it was predicted with the nearest documented
 #: one, and why a row is skipped before it is predicted (a stack of no known project).
 STACK_GIVEN, SKIP_REASON = "_stack_given", "_skip_reason"
