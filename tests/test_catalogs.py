@@ -443,3 +443,20 @@ def test_todays_models_match_their_published_total_and_active_counts(name):
     errs = [abs(a / float(pub_active) - 1.0) for a in (active, active_no_embed)]
     assert min(errs) <= _allowed(float(pub_active)), \
         f"{name}: active {active:.2f}/{active_no_embed:.2f}B vs {pub_active}B"
+
+
+def test_a_power_limit_scales_the_compute_clock_by_the_cube_root_law():
+    """A part run below its rating (power_limit_w) computes at the clock the limit leaves, f ∝ P^(1/3) (dynamic
+    power C·V²·f with V ∝ f along the DVFS curve).  Checked on NVIDIA's datasheets of one GH100 die at two
+    ratings: H100 NVL (400 W) 835 dense BF16 TFLOP/s against H100 SXM (700 W) 989: (400/700)^(1/3) · 989 = 821,
+    within 2 %.  torchtitan's H100s ran at 500 W of 700: 989 · (5/7)^(1/3) = 884, between NVL and SXM as its
+    benchmark note says.  Parts at their rating are unchanged, and energy uses the power drawn (the limit)."""
+    assert 989 * (400 / 700) ** (1 / 3) == pytest.approx(835, rel=0.02)
+    table = hwcat.raw_table()
+    code = {n: i for i, n in enumerate(hwcat.system_names())}
+    capped, full = code["h100-sxm-96gb"], code["h100-sxm-80gb"]
+    assert table["tensor_fp16_flops"][capped] == pytest.approx(989e12 * (500 / 700) ** (1 / 3))
+    assert table["tensor_fp16_flops"][full] == pytest.approx(989e12)
+    assert table["sm_clocks"][capped] / table["sm_clocks"][full] == pytest.approx((500 / 700) ** (1 / 3))
+    assert table["hbm_bw"][capped] == pytest.approx(2.4e12)  # the memory clock is not the limit's
+    assert table["tdp_w"][capped] == 500 and table["tdp_w"][full] == 700

@@ -118,7 +118,7 @@ def systems() -> pd.DataFrame:
     numeric = [
         "tensor_fp16_tflops", "tensor_fp8_tflops", "tensor_fp4_tflops", "vector_fp32_tflops", "fp32_lanes_per_sm",
         "hbm_gb", "hbm_tbps", "scaleup_gpus", "scaleup_gbps", "scaleout_gbit", "host_gbps", "p2p", "bridge_gbps",
-        "node_gpus", "gpus_per_switch", "host_cores", "host_mem_gb", "host_mem_gbps", "tdp_w",
+        "node_gpus", "gpus_per_switch", "host_cores", "host_mem_gb", "host_mem_gbps", "tdp_w", "power_limit_w",
     ]
     for col in numeric:
         frame[col] = pd.to_numeric(frame[col], errors="raise").astype(np.float64)
@@ -129,7 +129,29 @@ def systems() -> pd.DataFrame:
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0])
             raise CatalogError(f"dse/hardware/systems.csv row {row + 2}: column {col!r} must be a positive number")
+    limit = frame["power_limit_w"]
+    bad = limit.notna() & ((limit <= 0) | (limit > frame["tdp_w"]))
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        raise CatalogError(f"dse/hardware/systems.csv row {row + 2}: column 'power_limit_w' must be a positive number "
+                           "no larger than tdp_w (or empty: the part runs at its rated power)")
     return frame.set_index("name", drop=False)
+
+
+#: Exponent of the clock a power limit leaves: dynamic power P = C·V²·f with the supply voltage scaled with the
+#: clock along the DVFS curve (V ∝ f), so P ∝ f³ and f ∝ P^(1/3) (the textbook CMOS relation; e.g. Hennessy &
+#: Patterson, Computer Architecture, 6th ed., §1.5).  Checked on NVIDIA's datasheets of one die at two power
+#: ratings: the H100 NVL at 400 W lists 835 dense BF16 TFLOP/s (1,671 with sparsity) against the 700 W H100
+#: SXM's 989, a ratio of 0.844, and (400/700)^(1/3) = 0.830.
+POWER_CLOCK_EXPONENT = 1.0 / 3.0
+
+
+def power_clock_factor(tdp_w: np.ndarray, power_limit_w: np.ndarray) -> np.ndarray:
+    """The compute clock (tensor and vector peaks) of a part run at ``power_limit_w`` below its rated ``tdp_w``,
+    as a fraction of the rated clock: (limit / tdp)^(1/3) (:data:`POWER_CLOCK_EXPONENT`); 1 without a limit.
+    Memory bandwidth is not scaled (the HBM has its own clock)."""
+    ratio = np.where(np.isnan(power_limit_w), 1.0, power_limit_w / tdp_w)
+    return ratio ** POWER_CLOCK_EXPONENT
 
 
 @cache
@@ -245,10 +267,11 @@ def raw_table(overrides: tuple[tuple[str, str, float], ...] = ()) -> dict[str, n
     if missing:
         raise CatalogError(f"dse/hardware/efficiency.csv: no row for generation(s) {missing}")
     g = eff.loc[sysf["generation"].to_numpy()]
+    clock = power_clock_factor(sysf["tdp_w"].to_numpy(), sysf["power_limit_w"].to_numpy())  # 1 at rated power
     table = {
-        "tensor_fp16_flops": sysf["tensor_fp16_tflops"].to_numpy() * 1e12,
-        "tensor_fp8_flops": sysf["tensor_fp8_tflops"].to_numpy() * 1e12,
-        "tensor_fp4_flops": sysf["tensor_fp4_tflops"].to_numpy() * 1e12,
+        "tensor_fp16_flops": sysf["tensor_fp16_tflops"].to_numpy() * 1e12 * clock,
+        "tensor_fp8_flops": sysf["tensor_fp8_tflops"].to_numpy() * 1e12 * clock,
+        "tensor_fp4_flops": sysf["tensor_fp4_tflops"].to_numpy() * 1e12 * clock,
         # NVIDIA's "80 GB" / "141 GB" / "24 GB" labels count binary gigabytes: memory dies hold 2^n bits and
         # NVIDIA's aiconfigurator models the capacities as GiB (shared/hardware_specs.md, notes).
         "hbm_bytes": sysf["hbm_gb"].to_numpy() * 2.0**30,
@@ -262,9 +285,12 @@ def raw_table(overrides: tuple[tuple[str, str, float], ...] = ()) -> dict[str, n
         "host_cores": sysf["host_cores"].to_numpy(),
         "host_mem_bytes": sysf["host_mem_gb"].to_numpy() * 1e9,
         "host_mem_bw": sysf["host_mem_gbps"].to_numpy() * 1e9,
-        "tdp_w": sysf["tdp_w"].to_numpy(),
+        # the power the GPU draws at most: its limit when it runs below its rating (energy outputs)
+        "tdp_w": np.where(np.isnan(sysf["power_limit_w"].to_numpy()), sysf["tdp_w"].to_numpy(),
+                          sysf["power_limit_w"].to_numpy()),
         # SMs × clock (per second): the FP32 vector peak is 2 FLOPs per lane per SM per clock
-        "sm_clocks": sysf["vector_fp32_tflops"].to_numpy() * 1e12 / (2.0 * sysf["fp32_lanes_per_sm"].to_numpy()),
+        "sm_clocks": sysf["vector_fp32_tflops"].to_numpy() * 1e12 * clock
+        / (2.0 * sysf["fp32_lanes_per_sm"].to_numpy()),
         "scaleout_bw": sysf["scaleout_gbit"].to_numpy() * 1e9 / 8.0,
         "scaleup_latency_s": g["scaleup_latency_us"].to_numpy() * 1e-6,
         "scaleout_latency_s": g["scaleout_latency_us"].to_numpy() * 1e-6,
