@@ -12,8 +12,10 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
-RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = 0, 1, 2
+#: Activation recomputation: none; selective (the attention core, Korthikanti 2022); full (every layer from its
+#: input); op (torchtitan's op-level selective checkpointing: every second matmul and the element-wise ops).
+RECOMPUTE: tuple[str, ...] = ("none", "selective", "full", "op")
+RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL, RECOMPUTE_OP = 0, 1, 2, 3
 
 #: Precision of the matmuls.  fp16 and bf16 run at the same tensor-core rate on every catalogued GPU; fp8 and
 #: fp4 need tensor cores of that format; int8 and int4 are weight-only formats for inference (weights stored

@@ -360,3 +360,28 @@ def test_allgather_cp_is_never_faster_than_the_ring_with_the_same_chunks():
     assert (gathered["time_cp_comm_s"] >= ring["time_cp_comm_s"]).all()
     assert (gathered["step_time_s"] >= ring["step_time_s"]).all()
     assert (gathered["time_cp_comm_s"] > ring["time_cp_comm_s"]).any()  # the rows do reach the term
+
+
+def test_op_level_selective_checkpointing_recomputes_every_second_matmul_and_the_elementwise_ops():
+    """torchtitan's op-level SAC (recompute = op) saves every matmul output but every second one in forward order
+    (wq, wk, wv, wo, w1, w3, w2: wk, wo and w3 are recomputed) and recomputes every non-matmul op.  Llama 3 8B:
+    (1024 + 4096 + 14336) / (4096 + 2·1024 + 4096 + 3·14336) = 0.3654 of the forward matmul FLOPs.  The step
+    pays that share of the forward GEMMs plus the forward element-wise time; nothing of attention."""
+    import pandas as pd
+
+    import dse
+    from dse.cost.training import op_recompute_share
+
+    assert op_recompute_share(4096.0, 1024.0, 4096.0, 14336.0, 3.0) == pytest.approx(19456 / 53248)
+    row = {"model": "llama3.1-8b", "system": "h100-sxm-80gb", "gpus": 8, "global_batch": 16, "micro_batch": 2,
+           "seq_len": 8192, "zero": 3}
+    out = dse.evaluate(pd.DataFrame([{**row, "recompute": m} for m in ("none", "op", "selective", "full")]))
+    none, op, sel, full = (out.iloc[i] for i in range(4))
+    assert none["layer_recompute_ms"] == 0 and op["layer_recompute_ms"] > 0
+    # full recomputes the whole forward (GEMMs, attention, element-wise); op a third of its GEMMs and the
+    # element-wise ops, no attention: between a fifth and the whole of full's
+    assert 0.2 * full["layer_recompute_ms"] < op["layer_recompute_ms"] < full["layer_recompute_ms"]
+    assert op["mem_activations_bytes"] == pytest.approx(sel["mem_activations_bytes"])
+    # the hardware FLOPs of a step grow by the recomputed matmuls; the model FLOPs do not
+    assert op["hfu"] * op["step_time_s"] > none["hfu"] * none["step_time_s"]
+    assert op["mfu"] * op["step_time_s"] == pytest.approx(none["mfu"] * none["step_time_s"])

@@ -214,6 +214,23 @@ def attention_span(seq_len: Array, doc_len: Array) -> Array:
     return np.where(np.isnan(doc_len), seq_len, np.minimum(doc_len, seq_len))
 
 
+def op_recompute_share(q_width: Array, kv_width: Array, o_width: Array, ffn_width: Array, n_mlp: Array) -> Array:
+    """Share of a layer's forward matmul FLOPs that torchtitan's op-level selective checkpointing recomputes.
+
+    Its policy (pytorch/torchtitan torchtitan/parallelisms/parallelize_llama.py @9dec370a, ``_custom_policy``)
+    saves the outputs of the ops in ``_save_list`` (``aten.mm``, the SDPA kernels, the reduce-scatter, abs/max)
+    "except every second mm", counting the layer's matmuls in forward order, and recomputes every other op.  In
+    torchtitan's Llama block the order is wq, wk, wv, wo, then w1, w3, w2 (``w2(silu(w1(x)) * w3(x))``): the
+    2nd, 4th and 6th are the K projection, the output projection and one FFN input matrix (w3; the second FFN
+    matrix of a 2-matrix MLP likewise), so the recomputed share of the forward matmul FLOPs is
+
+        (kv + o + f) / (q + 2·kv + o + n_mlp·f)     (per token, widths of one GPU's shard)
+
+    with q, kv, o the query, key (= value) and output widths and f the FFN width: 36 % for Llama 3 8B and 70B.
+    The element-wise ops (norms, RoPE, SiLU·mul, residual adds) are recomputed whole; attention is saved."""
+    return (kv_width + o_width + ffn_width) / (q_width + 2.0 * kv_width + o_width + n_mlp * ffn_width)
+
+
 def zero3_gathered_bytes(p_layer: Array, p_stage: Array, weight_stage_bytes: Array, prefetch: Array) -> Array:
     """Bytes of gathered (unsharded) weights a ZeRO-3 GPU holds at its peak.  Prefetching stacks (FSDP2,
     Megatron-FSDP: ``zero3_fetch = prefetch``) hold the layer that runs and the next one: 2 layers.  DeepSpeed
@@ -267,6 +284,7 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     # ---- categorical knobs as float 0/1 masks -----------------------------------------------------------
     full = (x["recompute"] == codes.RECOMPUTE_FULL).astype(f64)
     selective = (x["recompute"] == codes.RECOMPUTE_SELECTIVE).astype(f64)
+    op_sac = (x["recompute"] == codes.RECOMPUTE_OP).astype(f64)
     standard = (x["attention"] == codes.ATTENTION_STANDARD).astype(f64)
     is_fp8 = (x["precision"] == codes.PRECISION_FP8).astype(f64)
     is_fp4 = (x["precision"] == codes.PRECISION_FP4).astype(f64)
@@ -469,7 +487,8 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     ep_bwd = ep_fwd
 
     # ---- recomputation ----------------------------------------------------------------------------------
-    recompute = full * fwd_compute + selective * attn_fwd
+    op_share = op_recompute_share(rec["q_width"], kvw, rec["o_width"], ffn_tok, n_mlp)
+    recompute = full * fwd_compute + selective * attn_fwd + op_sac * (op_share * gemm_fwd + ew_fwd)
     layer_tp = tp_fwd + tp_bwd + full * tp_fwd
     layer_cp = cp_fwd + cp_bwd + full * cp_fwd
     layer_ep = ep_fwd + ep_bwd + full * ep_fwd
@@ -646,7 +665,8 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     if any_peft:
         adapter_flops = 3.0 * L * gemm_flops(1.0, r, attn_io + mlp_io * kk) * tokens
         mflops = pick(peft, mflops * (2.0 / 3.0) + adapter_flops, mflops)
-    hflops = mflops + recompute_flops_per_token(L, p_active, span_w, h, full, selective, core=core) * tokens
+    hflops = mflops + recompute_flops_per_token(L, p_active, span_w, h, full, selective, core=core,
+                                                op_share=op_sac * op_share) * tokens
     gpu_seconds = step * gpus
 
     out: dict[str, Array] = {
@@ -693,10 +713,13 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     # ---- memory of the first and the last pipeline stage; the larger one is reported --------------------
     kept, scores, _ = layer_activation_terms(T, b, s, h, a, kvw, ffn_tok, mlp, 1.0, t, sp, standard, ob,
                                              q_width=rec["q_width"], o_width=rec["o_width"], latent=rec["attn_rep"])
-    act_layer = pick(full, 2.0 * resid, kept + (1.0 - selective) * scores)  # memory.activation_bytes_per_layer
+    # op-level selective checkpointing keeps its memory as selective's (ASSUMPTION: the matmul and attention
+    # outputs it saves are most of `kept`; the element-wise tensors it drops are not subtracted)
+    sel_mem = selective + op_sac
+    act_layer = pick(full, 2.0 * resid, kept + (1.0 - sel_mem) * scores)  # memory.activation_bytes_per_layer
     # The layer being back-propagated rebuilds what recomputation dropped: its s×s attention tensors
     # (selective), or all its activations on top of its stored input (full).
-    act_transient = selective * scores + full * (kept + scores - 2.0 * resid)
+    act_transient = sel_mem * scores + full * (kept + scores - 2.0 * resid)
     logits = logits_bytes(T, V, t)
     # per rank: the chunk·micro-batches in flight times its layers; first, second (the fullest middle rank) and
     # last.  Taken with the fullest rank's parameters: an upper bound when they are different ranks.

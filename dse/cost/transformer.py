@@ -98,12 +98,16 @@ def model_flops_per_token(layers: Array, active_params_per_layer: Array, seq_len
 
 
 def recompute_flops_per_token(layers: Array, active_params_per_layer: Array, seq_len: Array, hidden: Array,
-                              full: Array, selective: Array, core: Array | None = None) -> Array:
+                              full: Array, selective: Array, core: Array | None = None,
+                              op_share: Array = 0.0) -> Array:
     """Extra forward FLOPs per token executed by activation recomputation (for HFU).
 
     Full: one more forward of every layer, L·(2·P_active + 4·s·h) (Narayanan 2021 Eq. 3 counts it).
-    Selective: the attention core only, L·4·s·h (Korthikanti 2022 Eq. 8).  ``full`` and ``selective`` are
-    float 0/1 masks; ``core`` as in :func:`model_flops_per_token`.
+    Selective: the attention core only, L·4·s·h (Korthikanti 2022 Eq. 8).  Op-level (torchtitan): the share
+    ``op_share`` of the layer's matmuls, L·op_share·2·P_active (:func:`dse.cost.training.op_recompute_share`;
+    0 for the other modes).  ``full`` and ``selective`` are float 0/1 masks; ``core`` as in
+    :func:`model_flops_per_token`.
     """
     attn_core = 4.0 * seq_len * (hidden if core is None else core)
-    return layers * (full * (2.0 * active_params_per_layer + attn_core) + selective * attn_core)
+    return layers * (full * (2.0 * active_params_per_layer + attn_core) + selective * attn_core
+                     + op_share * 2.0 * active_params_per_layer)
