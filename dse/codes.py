@@ -83,6 +83,8 @@ DECODE_KV_READS: tuple[str, ...] = ("per_kv_head", "per_query_head")
 #: ``concurrency`` requests all sent at t = 0 (``--request-rate inf``, MLPerf Offline, trtllm-bench).
 ARRIVAL: tuple[str, ...] = ("poisson", "closed", "burst")
 ARRIVAL_POISSON, ARRIVAL_CLOSED, ARRIVAL_BURST = 0, 1, 2
+#: What each arrival needs, as the errors of tables (dse.frame) and specs (dse.spec) say it.
+ARRIVAL_RULE = "poisson with request_rate, closed or burst with concurrency"
 
 #: How the framework runs a layer's small operations: fused kernels (Megatron-core / Transformer Engine: fused
 #: norms, bias-dropout-add, RoPE, softmax) or eager PyTorch modules (HF Transformers: each operation of RMSNorm,

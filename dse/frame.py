@@ -626,10 +626,9 @@ def _check_arrival(frame: pd.DataFrame, x: dict[str, np.ndarray], source: str) -
     arrival, think = x["arrival"], np.nan_to_num(x["think_time_s"])
     checks = (
         (arrival == codes.ARRIVAL_POISSON) & ~rate, "arrival",
-        "'poisson' needs a request_rate; allowed: poisson with request_rate, closed or burst with concurrency",
+        f"'poisson' needs a request_rate; allowed: {codes.ARRIVAL_RULE}",
         (np.isin(arrival, (codes.ARRIVAL_CLOSED, codes.ARRIVAL_BURST))) & ~clients, "arrival",
-        "closed and burst need a concurrency (clients or requests sent); allowed: poisson with request_rate, "
-        "closed or burst with concurrency",
+        f"closed and burst need a concurrency (clients or requests sent); allowed: {codes.ARRIVAL_RULE}",
         (think > 0) & ~(clients & (arrival != codes.ARRIVAL_BURST)), "think_time_s",
         "a think time needs a closed loop; allowed: 0 or empty, or a think time with concurrency (arrival empty or "
         "closed)",

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from dse.codes import ARRIVAL, ATTENTION_KIND, DECODE_KV_READS, KV_PRECISION, PRECISION
+from dse.codes import ARRIVAL, ARRIVAL_RULE, ATTENTION_KIND, DECODE_KV_READS, KV_PRECISION, PRECISION
 from dse.cost.architecture import ARCHITECTURE_COLUMNS, ARCHITECTURE_MIN, architecture_errors
 from dse.cost.inference import INFER_METRICS
 from dse.cost.select import INT_DOMAIN_MAX
@@ -615,7 +615,7 @@ def _subgrid(path: str, key: str, raw: object, model_names: tuple[str, ...],
 def _check_arrival(path: str, key: str, raw: Mapping[str, object], resolved: Mapping[str, Any]) -> None:
     """A serve sub-grid's ``arrival`` values agree with its load axes (poisson: request_rate; closed, burst:
     concurrency), and a ``think_time_s`` above 0 comes with a closed loop (concurrency, arrival not only burst)."""
-    allowed = "poisson with request_rate; closed or burst with concurrency"
+    allowed = ARRIVAL_RULE
     for value in resolved.get("arrival", []):
         needs = "request_rate" if value == "poisson" else "concurrency"
         if needs not in raw:

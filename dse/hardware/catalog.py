@@ -154,6 +154,12 @@ def power_clock_factor(tdp_w: np.ndarray, power_limit_w: np.ndarray) -> np.ndarr
     return ratio ** POWER_CLOCK_EXPONENT
 
 
+def operating_power_w(sysf: pd.DataFrame) -> np.ndarray:
+    """The power each catalogued system's GPU runs at: its ``power_limit_w`` when it runs below its rating, else its
+    rated ``tdp_w`` (energy outputs; the base power of a derived chip, :mod:`dse.hardware.derive`)."""
+    return sysf["power_limit_w"].fillna(sysf["tdp_w"]).to_numpy(dtype=np.float64)
+
+
 @cache
 def efficiency() -> pd.DataFrame:
     """Efficiency constants per GPU generation (fractions of peak; latencies in microseconds)."""
@@ -285,9 +291,7 @@ def raw_table(overrides: tuple[tuple[str, str, float], ...] = ()) -> dict[str, n
         "host_cores": sysf["host_cores"].to_numpy(),
         "host_mem_bytes": sysf["host_mem_gb"].to_numpy() * 1e9,
         "host_mem_bw": sysf["host_mem_gbps"].to_numpy() * 1e9,
-        # the power the GPU draws at most: its limit when it runs below its rating (energy outputs)
-        "tdp_w": np.where(np.isnan(sysf["power_limit_w"].to_numpy()), sysf["tdp_w"].to_numpy(),
-                          sysf["power_limit_w"].to_numpy()),
+        "tdp_w": operating_power_w(sysf),  # the power drawn at most (energy outputs)
         # SMs × clock (per second): the FP32 vector peak is 2 FLOPs per lane per SM per clock
         "sm_clocks": sysf["vector_fp32_tflops"].to_numpy() * 1e12 * clock
         / (2.0 * sysf["fp32_lanes_per_sm"].to_numpy()),
@@ -316,7 +320,7 @@ def hardware_columns(
     calibration); the catalog files are never modified.  ``dtype=np.float32`` hands the kernel its working
     precision directly (sweeps, benchmarks).
     """
-    key = tuple(sorted((g, c, float(v)) for (g, c), v in (overrides or {}).items()))
+    key = _override_key(overrides)
     table = _achieved_table(key)
     idx = np.asarray(codes, dtype=np.int64)
     if dtype is not np.float64:  # the kernel computes in float32: gather from a float32 copy, no per-row cast
@@ -327,7 +331,12 @@ def hardware_columns(
 def hardware_table(overrides: dict[tuple[str, str], float] | None = None) -> dict[str, np.ndarray]:
     """The hardware columns of every catalogued system (indexed by system code), float64: gather one column
     with ``hardware_table()[name][codes]`` instead of every column with :func:`hardware_columns`."""
-    return _achieved_table(tuple(sorted((g, c, float(v)) for (g, c), v in (overrides or {}).items())))
+    return _achieved_table(_override_key(overrides))
+
+
+def _override_key(overrides: dict[tuple[str, str], float] | None) -> tuple[tuple[str, str, float], ...]:
+    """Efficiency overrides as the hashable, ordered key of the cached hardware tables."""
+    return tuple(sorted((g, c, float(v)) for (g, c), v in (overrides or {}).items()))
 
 
 @lru_cache(maxsize=64)

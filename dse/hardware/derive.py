@@ -97,8 +97,7 @@ def base_technology() -> dict[str, np.ndarray]:
         "memory_devices": sysf["memory_devices"].to_numpy(float),
         "dies": sysf["dies"].to_numpy(float),
         "die_area_mm2": sysf["die_area_mm2"].to_numpy(float),
-        # the power the base runs at (its limit when below its rating): its clock-scaled peaks are the base's
-        "power_w": sysf["power_limit_w"].fillna(sysf["tdp_w"]).to_numpy(float),
+        "power_w": hwcat.operating_power_w(sysf),  # the power its clock-scaled peaks are the base's at
     }
 
 
