@@ -55,6 +55,8 @@ STACKS: dict[str, str] = {
     "torchtitan-2024.08": "PyTorch torchtitan, August 2024 (FSDP2, TP, PP 1F1B; config_manager.py @a99d2e5d)",
     "torchtitan-2024.12": "PyTorch torchtitan, December 2024 (FSDP2, TP, PP, CP; config_manager.py @9dec370a)",
     "torchtitan-2025": "PyTorch torchtitan (FSDP2, selective activation checkpointing), 2025",
+    "llm-foundry-2023": "MosaicML llm-foundry + Composer (PyTorch FSDP FULL_SHARD, MPT models), as in its 2023 "
+                        "throughput benchmarks",
     "nemo-inference-2023": "NeMo framework inference of Llama-2 (2023 documentation)",
     "tensorrt-llm-0.9.0": "TensorRT-LLM 0.9.0 (perf-overview document)",
     "tensorrt-llm-0.10.0": "TensorRT-LLM 0.10.0 (perf-overview document)",
