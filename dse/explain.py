@@ -290,7 +290,8 @@ def format_explain_infer(row: pd.Series, ops: pd.DataFrame) -> str:
 SERVE_PART_LABELS = {
     "iter_gemm_ms": "GEMMs (all tokens of the iteration)", "iter_prefill_attention_ms": "prompt attention (causal)",
     "iter_decode_attention_ms": "decode attention (KV reads)", "iter_elementwise_ms": "norms, activations, KV writes",
-    "iter_tp_comm_ms": "TP all-reduces", "iter_overhead_ms": "per-layer overhead", "iter_logits_ms": "logits",
+    "iter_tp_comm_ms": "TP all-reduces", "iter_overhead_ms": "per-layer + per-request host overhead",
+    "iter_logits_ms": "logits",
     "iter_pp_comm_ms": "pipeline send/recv",
 }
 LIMIT_TEXT = {

@@ -85,7 +85,7 @@ Array = Any
 SERVE_INPUTS: tuple[str, ...] = (*INFER_INPUTS, "max_num_tokens", "request_rate", "kv_memory_fraction",
                                  "kv_block_tokens", "decode_kv_reads", "prefill_gpus", "prefill_tp", "concurrency",
                                  "cuda_graphs", "kv_reservation", "kv_memory_basis", "ep", "spec_tokens",
-                                 "spec_acceptance", "think_time_s", "arrival")
+                                 "spec_acceptance", "think_time_s", "arrival", "request_overhead_s")
 #: Latency percentiles reported (per cent); ``ttft_s`` and ``tpot_s`` are the means.
 PERCENTILES: tuple[int, ...] = (50, 90, 99)
 TTFT_PERCENTILES: tuple[str, ...] = tuple(f"ttft_p{q}_s" for q in PERCENTILES)
@@ -199,6 +199,7 @@ def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array) ->
       (:func:`dse.cost.inference.decode_attention_time`: 4·ctx·h/t FLOPs and the KV read once per KV head,
       ctx·2·kv_heads·d·kv bytes, or TensorRT-LLM <= 0.10's issue-bound kernels, decode_kv_reads = 1);
     * per logits row (D + X): the vocabulary projection;
+    * per request the iteration carries (D + X): the engine's host time (:func:`request_overhead_time`);
     * per pass: the weights streamed once, the collectives' α and the per-layer overhead."""
     h, V = x["hidden"], x["vocab"]
     t, p = x["tp"], x["pp"]
@@ -243,6 +244,7 @@ def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array) ->
         "p2p_token": pp_on * 2.0 * h / p2p_bw, "p2p_pass": pp_on * p2p_latency,
         "compute_token": gemm_flops(1.0, n_all, h) / rate, "traffic_pass": n_all * h * wb / mem,
         "kv_read_token": kv_read / mem,
+        "request_overhead": request_overhead_time(x),
     }
 
 
@@ -268,7 +270,8 @@ def _iteration(c: dict[str, Array], X: Array, parts: dict[str, Array] | None = N
     layer = gemm + attn_pre + attn_dec + ew + tp + c["overhead"]
     logits = c["logits_row"] * (D * (1.0 + c["spec_n"]) + X) + c["logits_pass"]  # decode tokens, prompts' last
     p2p = c["p2p_token"] * M + c["p2p_pass"]
-    t_stage = c["layers_per_stage"] * layer + logits + p2p
+    host = c["request_overhead"] * (D + X)  # the engine's host work for each request the iteration carries
+    t_stage = c["layers_per_stage"] * layer + logits + p2p + host
     if c["any_spec"]:  # the MTP module drafts n tokens per decode step: a layer, its projection and the head each
         per_token = c["gemm_token"] + c["elementwise"] + c["tp_token"] + c["ep_token"] + c["decode_attention"] \
             + c["logits_row"]
@@ -278,9 +281,23 @@ def _iteration(c: dict[str, Array], X: Array, parts: dict[str, Array] | None = N
         n = c["layers_per_stage"] * 1e3
         parts.update({"iter_gemm_ms": n * gemm, "iter_prefill_attention_ms": n * attn_pre,
                       "iter_decode_attention_ms": n * attn_dec, "iter_elementwise_ms": n * ew,
-                      "iter_tp_comm_ms": n * tp, "iter_overhead_ms": n * c["overhead"],
+                      "iter_tp_comm_ms": n * tp, "iter_overhead_ms": n * c["overhead"] + host * 1e3,
                       "iter_logits_ms": logits * 1e3, "iter_pp_comm_ms": p2p * 1e3})
     return t_stage, c["compute_token"] * M, c["traffic_pass"] + c["kv_read_token"] * D
+
+
+def request_overhead_time(x: dict[str, Array]) -> Array:
+    """Seconds of the engine's host work per request per iteration, on the iteration's critical path:
+    t_host = ``request_overhead_s`` · (D + X), D decode requests and X prompts (or chunks) in the iteration.
+
+    An in-flight batching runtime that does not overlap its host loop with the GPU (TensorRT-LLM 0.10's batch
+    manager under gptManagerBenchmark: scheduling, per-request decoder state and the response of every request,
+    each iteration) adds a time per running request that no GPU term has.  Its trace in the perf-overview rows
+    (``tests/reference/trtllm_0.10.0_serve_a100_h100.csv``), all at 2048 tokens per iteration: the 128/128-token
+    rows (~1030 running requests) sit 18-38 ms per iteration further above dse's iteration than the 2048/128
+    rows (~120 requests) of the same model and layout, on A100 and H100 alike and at tp 1, 2, 4 and 8: ~20 µs
+    per request, whatever the GPU.  Per stack (dse/stacks.csv, fitted there); empty = 0."""
+    return np.nan_to_num(x["request_overhead_s"])
 
 
 def speculative_terms(x: dict[str, Array]) -> tuple[Array, Array]:
@@ -474,10 +491,11 @@ def _burst_waves_served(c: dict[str, Array], n: Array, C: Array, X_max: Array, p
 def prompt_time(c: dict[str, Array]) -> Array:
     """Seconds one request's whole prompt adds to a stage iteration (the slope of :func:`_iteration` in its
     prompt count X: the GEMMs, element-wise kernels, TP and pipeline bytes of input_len tokens, its causal
-    attention and its logits row; the experts it visits counted as at the mean iteration)."""
+    attention, its logits row and the host's time for it; the experts it visits counted as at the mean
+    iteration)."""
     per_token = c["gemm_token"] + c["elementwise"] + c["tp_token"] + c["ep_token"]
     return (c["layers_per_stage"] * (per_token * c["input_len"] + c["prefill_attention"]) + c["logits_row"]
-            + c["p2p_token"] * c["input_len"])
+            + c["p2p_token"] * c["input_len"] + c["request_overhead"])
 
 
 def tpot_spread(chunk_s: Array, chunks_mean: Array, poisson: Array, p: Array, steps: Array,

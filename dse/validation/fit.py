@@ -43,11 +43,15 @@ INFERENCE_PARAMETERS: tuple[tuple[str, str], ...] = (
 )
 #: The element rates of TensorRT-LLM 0.10's decode attention kernels (per SM and clock), fitted on its serving
 #: file only: no other reference file runs those kernels (the 0.9.0 static-batch file is left per KV head).
+#: With them, the host time per running request of its batch manager (a stack setting, ``("stack:NAME", KEY)``:
+#: a dse/stacks.csv value).
 SERVING_PARAMETERS: tuple[tuple[str, str], ...] = (
     ("ampere", "mmha_elements_per_clk"),
     ("hopper", "mmha_elements_per_clk"),
     ("hopper", "xqa_elements_per_clk"),
+    ("stack:tensorrt-llm-0.10.0", "request_overhead_s"),
 )
+STACK_PREFIX = "stack:"
 #: Global constants of the commodity-server terms (issue 21), ``("global", NAME)``: module constants rather than
 #: per-generation rows, fitted on the Zhang et al. 2023 training file only (no other reference file runs HF's eager
 #: kernels, DeepSpeed's on-demand ZeRO-3 fetches, bitsandbytes' NF4 or collectives through host memory).
@@ -87,13 +91,17 @@ def log_error_objective(files: Sequence[str | Path], assumptions: Sequence[Assum
                         params: Sequence[tuple[str, str]]) -> Callable[[np.ndarray], float]:
     """The function of the parameter vector that :func:`fit` minimises."""
 
-    upper = np.array([np.inf if g == "global" else constant_upper_bound(c) for g, c in params])
+    upper = np.array([np.inf if g == "global" or g.startswith(STACK_PREFIX) else constant_upper_bound(c)
+                      for g, c in params])
 
     def objective(values: np.ndarray) -> float:
         if np.any(values <= 0) or np.any(values > upper):
             return 1e9
-        overrides = {p: float(v) for p, v in zip(params, values, strict=True) if p[0] != "global"}
+        overrides = {p: float(v) for p, v in zip(params, values, strict=True)
+                     if p[0] != "global" and not p[0].startswith(STACK_PREFIX)}
         saved = _set_globals({c: float(v) for (g, c), v in zip(params, values, strict=True) if g == "global"})
+        _set_stack_values({(g.removeprefix(STACK_PREFIX), c): float(v) for (g, c), v in zip(params, values, strict=True)
+                           if g.startswith(STACK_PREFIX)})
         try:
             total = 0.0
             for f in files:
@@ -104,19 +112,35 @@ def log_error_objective(files: Sequence[str | Path], assumptions: Sequence[Assum
                 total += sum(float(np.mean(np.square(e))) for e in groups.values())
         finally:
             _set_globals(saved)
+            _set_stack_values({})
         return total
 
     return objective
 
 
 def shipped_value(generation: str, column: str) -> float:
-    """The shipped value of a fitted constant: an efficiency.csv cell, or a global module constant."""
+    """The shipped value of a fitted constant: an efficiency.csv cell, a global module constant or a stack
+    setting (``stack:NAME``)."""
     if generation == "global":
         return float(getattr(importlib.import_module(GLOBAL_CONSTANTS[column]), column))
+    if generation.startswith(STACK_PREFIX):
+        from dse.stacks import profile
+
+        return float(profile(generation.removeprefix(STACK_PREFIX))[column])
     from dse.hardware.catalog import efficiency
 
     eff = efficiency()
     return float(eff[column].to_numpy()[eff.index.get_loc(generation)])
+
+
+def _set_stack_values(values: dict[tuple[str, str], float]) -> None:
+    """Set the stack settings a fit tries ((stack, key) -> value; {} restores the shipped profiles) and drop the
+    serving tables built from them."""
+    from dse import stacks
+
+    stacks.PROFILE_OVERRIDES.clear()
+    stacks.PROFILE_OVERRIDES.update({k: repr(v) for k, v in values.items()})
+    stacks.serving_tables.cache_clear()
 
 
 def _set_globals(values: dict[str, float]) -> dict[str, float]:
