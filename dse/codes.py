@@ -31,10 +31,12 @@ KV_AUTO = 0
 MLP: tuple[str, ...] = ("gelu", "swiglu", "relu2")
 MLP_GELU, MLP_SWIGLU, MLP_RELU2 = 0, 1, 2
 
-#: Attention kernel: fused FlashAttention-style (no s^2 tensor in HBM, causal blocks skipped) or the
-#: unfused Megatron-LM 2021/22 path (QK^T GEMM, fused scale-mask-softmax, dropout, AV GEMM).
-ATTENTION: tuple[str, ...] = ("flash", "standard")
-ATTENTION_FLASH, ATTENTION_STANDARD = 0, 1
+#: Attention kernel: fused FlashAttention-style (no s^2 tensor in HBM, causal blocks skipped), the unfused
+#: Megatron-LM 2021/22 path (QK^T GEMM, fused scale-mask-softmax, dropout, AV GEMM), or cuDNN's fused
+#: flash attention (Transformer Engine's FusedAttention, which TE prefers over FlashAttention-2 on Hopper and
+#: later): the flash path's memory and FLOPs at the generation's ``attention_eff_fused``.
+ATTENTION: tuple[str, ...] = ("flash", "standard", "cudnn")
+ATTENTION_FLASH, ATTENTION_STANDARD, ATTENTION_CUDNN = 0, 1, 2
 
 #: Attention of the model (not the kernel): grouped-query (also multi-head when kv_heads = heads, and
 #: multi-query), multi-head (kv_heads must equal heads), or multi-head latent attention (DeepSeek-V2/V3,

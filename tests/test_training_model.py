@@ -385,3 +385,19 @@ def test_op_level_selective_checkpointing_recomputes_every_second_matmul_and_the
     # the hardware FLOPs of a step grow by the recomputed matmuls; the model FLOPs do not
     assert op["hfu"] * op["step_time_s"] > none["hfu"] * none["step_time_s"]
     assert op["mfu"] * op["step_time_s"] == pytest.approx(none["mfu"] * none["step_time_s"])
+
+
+def test_cudnn_attention_times_the_flash_path_at_the_fused_rate():
+    """attention = cudnn is the flash path (same memory, same FLOPs) with the attention core at the
+    generation's attention_eff_fused: on Ampere (where Transformer Engine keeps FlashAttention) it equals flash
+    to the bit; on Hopper its attention core is attention_eff / attention_eff_fused of flash's."""
+    frame = pd.DataFrame({"model": "llama3-70b", "system": ["a100-sxm-80gb", "h100-sxm-80gb"] * 2, "gpus": 64,
+                          "tp": 4, "pp": 4, "micro_batch": 1, "global_batch": 64, "seq_len": 8192,
+                          "precision": "bf16", "attention": ["flash", "flash", "cudnn", "cudnn"]})
+    out = dse.evaluate(frame)
+    eff = hwcat.efficiency()
+    assert out["step_time_s"][0] == out["step_time_s"][2]
+    assert out["peak_memory_gb"][1] == out["peak_memory_gb"][3]
+    ratio = eff.loc["hopper", "attention_eff"] / eff.loc["hopper", "attention_eff_fused"]
+    assert out["layer_attention_ms"][3] == pytest.approx(out["layer_attention_ms"][1] * ratio, rel=1e-5)
+    assert out["step_time_s"][3] < out["step_time_s"][1]

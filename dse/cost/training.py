@@ -411,7 +411,9 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     span = attention_span(s, x["doc_len"])
     core = rec["core"]  # a·(d_qk + d_v)/2: h for multi-head attention
     keys = causal_keys(span, rec["window"], rec["full_frac"], K.CAUSAL_FRACTION, rec["chunk"])
-    flash_fwd = 4.0 * b * (s / c) * keys * core / t / hw["attention_rate"]
+    # cuDNN's fused flash attention (attention = cudnn) runs the flash path at its own rate (attention_fused_rate)
+    cudnn = (x["attention"] == codes.ATTENTION_CUDNN).astype(f64)
+    flash_fwd = 4.0 * b * (s / c) * keys * core / t / pick(cudnn, hw["attention_fused_rate"], hw["attention_rate"])
     scores = b * (a / t) * s * s
     std_fwd = 4.0 * b * s * s * core / t / rate16 + K.STANDARD_ATTENTION_FWD_BYTES * scores / mem_rate
     std_bwd = 8.0 * b * s * s * core / t / rate16 + K.STANDARD_ATTENTION_BWD_BYTES * scores / mem_rate

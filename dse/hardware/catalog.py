@@ -24,6 +24,7 @@ HARDWARE_COLUMNS: tuple[str, ...] = (
     "matmul_fp8_rate",
     "matmul_fp4_rate",
     "attention_rate",
+    "attention_fused_rate",
     "memory_rate",
     "hbm_bw",
     "hbm_bytes",
@@ -51,6 +52,7 @@ EFFICIENCY_COLUMNS: tuple[str, ...] = (
     "matmul_eff_fp8",
     "matmul_eff_fp4",
     "attention_eff",
+    "attention_eff_fused",
     "memory_eff",
     "scaleup_ring_eff",
     "scaleup_allreduce_eff",
@@ -67,7 +69,7 @@ EFFICIENCY_COLUMNS: tuple[str, ...] = (
 )
 #: Dimensionless fractions among the efficiency constants (then latencies in microseconds, then the decode
 #: attention kernels' element rates per SM and clock).
-FRACTION_COLUMNS = EFFICIENCY_COLUMNS[:11]
+FRACTION_COLUMNS = EFFICIENCY_COLUMNS[:12]
 #: Element rates of TensorRT-LLM's decode attention kernels per SM per clock (see :func:`achieved`).
 PER_CLOCK_COLUMNS = ("mmha_elements_per_clk", "xqa_elements_per_clk")
 
@@ -184,7 +186,8 @@ def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Kernel hardware columns from raw peaks and efficiencies (arrays of any shape, SI units).
 
     matmul rate = tensor peak × matmul efficiency (per precision); attention rate = 16-bit peak × attention
-    efficiency; memory rate = HBM bandwidth × memory efficiency; scale-up bus bandwidth = per-direction link
+    efficiency (FlashAttention-style kernels; cuDNN's fused attention: × ``attention_eff_fused``); memory
+    rate = HBM bandwidth × memory efficiency; scale-up bus bandwidth = per-direction link
     rate × NCCL efficiency (ring, and all-reduce which may use in-switch reduction); scale-out = NIC rate ×
     efficiency.  Missing peaks (no fp8 on Ampere, no NIC on a consumer card) become 0.
 
@@ -203,6 +206,8 @@ def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "matmul_fp8_rate": z(raw["tensor_fp8_flops"] * raw["matmul_eff_fp8"]),
         "matmul_fp4_rate": z(raw["tensor_fp4_flops"] * raw["matmul_eff_fp4"]),
         "attention_rate": z(raw["tensor_fp16_flops"] * raw["attention_eff"]),
+        # cuDNN's fused flash attention (attention = cudnn): its own fraction of the 16-bit peak
+        "attention_fused_rate": z(raw["tensor_fp16_flops"] * raw["attention_eff_fused"]),
         "memory_rate": z(raw["hbm_bw"] * raw["memory_eff"]),
         "hbm_bw": z(raw["hbm_bw"]),
         "hbm_bytes": z(raw["hbm_bytes"]),
