@@ -235,7 +235,7 @@ def test_closed_form_fixed_point_is_exact_for_dense_models():
     from dse.hardware import catalog as hwcat
 
     x, systems = random_serve_configs(4000, seed=3)
-    dense = (x["experts"] <= 1) & ~np.isnan(x["request_rate"]) & np.isnan(x["prefill_gpus"])
+    dense = (x["experts"] <= 1) & ~np.isnan(x["request_rate"]) & np.isnan(x["prefill_gpus"]) & ~serving.curved_host(x)
     xs = {k: v[dense] for k, v in x.items()}
     hw = hwcat.hardware_columns(systems[dense])
     xk = {**xs, **{k: np.asarray(v, dtype=np.float64) for k, v in hw.items()}}
@@ -690,3 +690,45 @@ def test_host_time_per_request_adds_to_each_iteration_and_nothing_when_unset(mon
     a, b = serve_step(x0, hw), serve_step(absent, hw)
     assert all(np.array_equal(a[k], b[k], equal_nan=True) for k in ("iteration_ms", "tpot_s", "ttft_s"))
     assert a["iteration_ms"][0] == pytest.approx(without["iteration_ms"])
+
+
+def test_overlapped_host_time_makes_the_iteration_the_longer_of_gpu_and_host(monkeypatch):
+    """``host_overlap`` = 1 (TensorRT-LLM 1.x's overlap scheduler): the host work r·(requests) of the next
+    iteration runs under the GPU work of this one, so an iteration takes max(GPU, host), not their sum.  At
+    maximum load under the token budget the requests per iteration do not depend on r: the iteration is the
+    GPU's where the host is shorter and exactly r·requests where it is longer.  Under a request rate (the
+    iterated fixed point, since max() is not affine) Little's law still holds: X = λ·t(X)."""
+    from dse import stacks
+
+    row = {**BASE, "stack": "tensorrt-llm-1.0", "batch": 2048, "max_num_tokens": 2048, "input_len": 128,
+           "output_len": 128}
+    assert stacks.profile("tensorrt-llm-1.0")["host_overlap"] == "1"
+
+    def with_r(value: str) -> pd.Series:
+        monkeypatch.setitem(stacks.PROFILE_OVERRIDES, ("tensorrt-llm-1.0", "request_overhead_s"), value)
+        stacks.serving_tables.cache_clear()
+        try:
+            return serve(**row)
+        finally:
+            monkeypatch.undo()
+            stacks.serving_tables.cache_clear()
+
+    gpu = with_r("0")
+    requests = gpu["iteration_tokens"] * 128 / (128 + 128 - 1)
+    r_small = float(0.5 * gpu["iteration_ms"] * 1e-3 / requests)  # host half the GPU's time: hidden
+    r_large = float(2.0 * gpu["iteration_ms"] * 1e-3 / requests)  # host twice the GPU's time: it sets the pace
+    small, large = with_r(repr(r_small)), with_r(repr(r_large))
+    assert small["iteration_ms"] == pytest.approx(gpu["iteration_ms"], rel=1e-9)
+    assert large["iteration_ms"] == pytest.approx(r_large * 1e3 * requests, rel=1e-6)
+    assert large["iteration_tokens"] == pytest.approx(gpu["iteration_tokens"])
+    # under a rate the fixed point is iterated: the requests finishing per iteration X meet X = λ·t(X)
+    monkeypatch.setitem(stacks.PROFILE_OVERRIDES, ("tensorrt-llm-1.0", "request_overhead_s"), repr(r_large))
+    stacks.serving_tables.cache_clear()
+    try:
+        rated = serve(**{**row, "request_rate": 0.5 * large["output_tokens_per_s"] / 128})
+    finally:
+        monkeypatch.undo()
+        stacks.serving_tables.cache_clear()
+    lam = 0.5 * large["output_tokens_per_s"] / 128
+    x_iter = rated["iteration_tokens"] / (128 + 128 - 1)
+    assert x_iter == pytest.approx(lam * rated["iteration_ms"] * 1e-3, rel=1e-3)

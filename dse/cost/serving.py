@@ -85,7 +85,8 @@ Array = Any
 SERVE_INPUTS: tuple[str, ...] = (*INFER_INPUTS, "max_num_tokens", "request_rate", "kv_memory_fraction",
                                  "kv_block_tokens", "decode_kv_reads", "prefill_gpus", "prefill_tp", "concurrency",
                                  "cuda_graphs", "kv_reservation", "kv_memory_basis", "ep", "spec_tokens",
-                                 "spec_acceptance", "think_time_s", "arrival", "request_overhead_s")
+                                 "spec_acceptance", "think_time_s", "arrival", "request_overhead_s",
+                                 "host_overlap")
 #: Latency percentiles reported (per cent); ``ttft_s`` and ``tpot_s`` are the means.
 PERCENTILES: tuple[int, ...] = (50, 90, 99)
 TTFT_PERCENTILES: tuple[str, ...] = tuple(f"ttft_p{q}_s" for q in PERCENTILES)
@@ -245,6 +246,7 @@ def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array) ->
         "compute_token": gemm_flops(1.0, n_all, h) / rate, "traffic_pass": n_all * h * wb / mem,
         "kv_read_token": kv_read / mem,
         "request_overhead": request_overhead_time(x),
+        "host_overlap": mask(x["host_overlap"] > 0, h),
     }
 
 
@@ -271,12 +273,14 @@ def _iteration(c: dict[str, Array], X: Array, parts: dict[str, Array] | None = N
     logits = c["logits_row"] * (D * (1.0 + c["spec_n"]) + X) + c["logits_pass"]  # decode tokens, prompts' last
     p2p = c["p2p_token"] * M + c["p2p_pass"]
     host = c["request_overhead"] * (D + X)  # the engine's host work for each request the iteration carries
-    t_stage = c["layers_per_stage"] * layer + logits + p2p + host
+    t_stage = c["layers_per_stage"] * layer + logits + p2p
     if c["any_spec"]:  # the MTP module drafts n tokens per decode step: a layer, its projection and the head each
         per_token = c["gemm_token"] + c["elementwise"] + c["tp_token"] + c["ep_token"] + c["decode_attention"] \
             + c["logits_row"]
         per_pass = c["gemm_weights"] + c["overhead"] + c["tp_pass"] + c["ep_pass"]
         t_stage = t_stage + c["spec_n"] * (D * per_token + per_pass)
+    host = exposed_host_time(host, t_stage, c["host_overlap"])
+    t_stage = t_stage + host
     if parts is not None:
         n = c["layers_per_stage"] * 1e3
         parts.update({"iter_gemm_ms": n * gemm, "iter_prefill_attention_ms": n * attn_pre,
@@ -284,6 +288,19 @@ def _iteration(c: dict[str, Array], X: Array, parts: dict[str, Array] | None = N
                       "iter_tp_comm_ms": n * tp, "iter_overhead_ms": n * c["overhead"] + host * 1e3,
                       "iter_logits_ms": logits * 1e3, "iter_pp_comm_ms": p2p * 1e3})
     return t_stage, c["compute_token"] * M, c["traffic_pass"] + c["kv_read_token"] * D
+
+
+def exposed_host_time(host: Array, gpu: Array, overlap: Array) -> Array:
+    """Seconds the engine's host work adds to an iteration whose GPU work takes ``gpu``: all of it when the
+    host loop runs between iterations (``host_overlap`` = 0), and only what exceeds the GPU's time when the host
+    prepares iteration n + 1 while the GPU runs iteration n (1: TensorRT-LLM's PyTorch-backend overlap scheduler,
+    PyExecutor._executor_loop_overlap, one step of lookahead), so the iteration takes max(gpu, host)."""
+    return host - overlap * np.minimum(host, gpu)
+
+
+def curved_host(x: dict[str, Array]) -> Array:
+    """Rows whose iteration time is max(GPU, host) (:func:`exposed_host_time`): not affine in the requests."""
+    return (x["host_overlap"] > 0) & (np.nan_to_num(x["request_overhead_s"]) > 0)
 
 
 def request_overhead_time(x: dict[str, Array]) -> Array:
@@ -495,7 +512,7 @@ def prompt_time(c: dict[str, Array]) -> Array:
     iteration)."""
     per_token = c["gemm_token"] + c["elementwise"] + c["tp_token"] + c["ep_token"]
     return (c["layers_per_stage"] * (per_token * c["input_len"] + c["prefill_attention"]) + c["logits_row"]
-            + c["p2p_token"] * c["input_len"] + c["request_overhead"])
+            + c["p2p_token"] * c["input_len"] + (1.0 - c["host_overlap"]) * c["request_overhead"])
 
 
 def tpot_spread(chunk_s: Array, chunks_mean: Array, poisson: Array, p: Array, steps: Array,
@@ -648,7 +665,7 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
     offline = np.isnan(lam)
     overloaded = ~offline & ~thinking & (lam >= capacity)
     R = np.where(offline | overloaded, capacity, lam)
-    dense = not bool((x["experts"] > 1).any())
+    dense = not bool(((x["experts"] > 1) | curved_host(x)).any())  # t affine in X: no experts, no max(gpu, host)
     xd = _fixed_point(lambda v: _iteration(dec_terms, zero, X_dec=v)[0], R / dp, xd_max, affine=dense)
     xp = _fixed_point(lambda v: _iteration(pre_terms, v, X_dec=zero)[0], R / n_p, xp_max,
                       affine=dense)
@@ -745,22 +762,23 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
     X = X_max.copy()
     # rows under a rate and closed loops with think time: solve only those; dense rows in closed form,
     # mixture-of-experts rows refined
-    for is_moe in (False, True):
-        kind = (E > 1) == is_moe
+    curved = (E > 1) | curved_host(x)  # t not affine in X: the experts visited, max(gpu, host)
+    for is_curved in (False, True):
+        kind = curved == is_curved
         for rows, solve in ((np.flatnonzero(~(offline | overloaded) & kind), "rate"),
                             (np.flatnonzero(thinking & kind), "think")):
             if not rows.size:
                 continue
             sub = {k: v[rows] if isinstance(v, np.ndarray) and v.ndim else v for k, v in terms.items()}
-            sub["any_moe"] = is_moe
+            sub["any_moe"] = bool((E[rows] > 1).any())
             def t_of(v: Array, sub: dict[str, Array] = sub) -> Array:
                 return _iteration(sub, v)[0]
 
             if solve == "rate":
-                X[rows] = _fixed_point(t_of, lam_r[rows], X_max[rows], affine=not is_moe)
+                X[rows] = _fixed_point(t_of, lam_r[rows], X_max[rows], affine=not is_curved)
             else:
                 X[rows] = closed_loop_throughput(t_of, clients[rows], think[rows], passes[rows], X_max[rows],
-                                                 affine=not is_moe)
+                                                 affine=not is_curved)
     # a request's own tokens are in the passes that serve it: its decode token in every decode pass, its whole
     # prompt chunk in its prefill pass (at light load X < 1 the average pass holds a fraction of them)
     split: dict[str, Array] = {}
