@@ -130,6 +130,13 @@ ZERO_WITH_PP_GATHER_ONCE = 1
 #: (see :func:`dse.cost.parallel.cp_allgather_exposed`).
 CP_EXCHANGE: tuple[str, ...] = ("ring", "allgather")
 CP_EXCHANGE_ALLGATHER = 1
+#: How a mixture-of-experts layer runs its local experts' GEMMs: Transformer Engine's GroupedLinear (Megatron-core
+#: ``TEGroupedMLP``), which launches each expert's GEMM, casts and transposes one by one from the host after a
+#: device-to-host sync of the tokens per expert (a host time per local expert, constants.MOE_HOST_S_PER_LOCAL_EXPERT),
+#: or one grouped-GEMM kernel per projection (the grouped_gemm package's ``ops.gmm``, NeMo Automodel's
+#: GroupedExpertsDeepEP): no per-expert host time.
+MOE_GEMM: tuple[str, ...] = ("per_expert", "grouped")
+MOE_GEMM_GROUPED = 1
 
 #: Reasons a configuration has no answer.  Code 0 means feasible.  The order is the order of the checks:
 #: the first failing check is reported.

@@ -56,6 +56,8 @@ STACKS: dict[str, str] = {
     "torchtitan-2024.08": "PyTorch torchtitan, August 2024 (FSDP2, TP, PP 1F1B; config_manager.py @a99d2e5d)",
     "torchtitan-2024.12": "PyTorch torchtitan, December 2024 (FSDP2, TP, PP, CP; config_manager.py @9dec370a)",
     "torchtitan-2025": "PyTorch torchtitan (FSDP2, selective activation checkpointing), 2025",
+    "nemo-automodel-0.1": "NVIDIA NeMo Automodel (PyTorch FSDP2, torch pipelining, TE modules, DeepEP), as in its "
+                          "first published performance summary (@89e3a9fdd, 2025-10)",
     "llm-foundry-2023": "MosaicML llm-foundry + Composer (PyTorch FSDP FULL_SHARD, MPT models), as in its 2023 "
                         "throughput benchmarks",
     "nemo-inference-2023": "NeMo framework inference of Llama-2 (2023 documentation)",
@@ -87,7 +89,7 @@ TRAIN_KNOBS: dict[str, tuple[str, ...]] = {
     "dp_overlap": ("0", "1"), "pp_overlap": ("0", "1"), "sp": ("0", "1"), "zero": ("0", "1", "2", "3"),
     "zero3_fetch": codes.ZERO3_FETCH, "kernels": codes.KERNELS, "optimizer": codes.OPTIMIZER,
     "memory_report": codes.MEMORY_REPORT, "adapter_precision": codes.ADAPTER_PRECISION, "dp_reduce": codes.DP_REDUCE,
-    "zero_with_pp": codes.ZERO_WITH_PP, "cp_exchange": codes.CP_EXCHANGE,
+    "zero_with_pp": codes.ZERO_WITH_PP, "cp_exchange": codes.CP_EXCHANGE, "moe_gemm": codes.MOE_GEMM,
     "pipeline_split": codes.PIPELINE_SPLIT,
 }
 #: Settings recorded for the reader (no term in the model) and serving-engine settings.

@@ -401,3 +401,20 @@ def test_cudnn_attention_times_the_flash_path_at_the_fused_rate():
     ratio = eff.loc["hopper", "attention_eff"] / eff.loc["hopper", "attention_eff_fused"]
     assert out["layer_attention_ms"][3] == pytest.approx(out["layer_attention_ms"][1] * ratio, rel=1e-5)
     assert out["step_time_s"][3] < out["step_time_s"][1]
+
+
+def test_grouped_moe_gemm_has_no_per_expert_host_time():
+    """moe_gemm = grouped (one grouped-GEMM kernel per projection, NeMo Automodel's ops.gmm) drops the host time per
+    local expert that TE's GroupedLinear costs (constants.MOE_HOST_S_PER_LOCAL_EXPERT), and only that: the step
+    shrinks by exactly the per-expert host time; the default (per_expert) is today's model; a dense model is
+    unaffected."""
+    rows = pd.DataFrame({"model": ["qwen3-30b-a3b", "qwen3-30b-a3b", "llama3-8b", "llama3-8b"],
+                         "system": "h100-sxm-80gb", "gpus": 8, "tp": 1, "pp": 1, "ep": [8, 8, 1, 1],
+                         "micro_batch": 1, "global_batch": 64, "seq_len": 4096, "precision": "bf16",
+                         "zero": 3, "moe_gemm": ["per_expert", "grouped", "per_expert", "grouped"]})
+    out = dse.evaluate(rows)
+    default = dse.evaluate(rows.drop(columns="moe_gemm"))
+    assert out["step_time_s"][0] == default["step_time_s"][0]
+    assert out["time_host_s"][0] > 0 and out["time_host_s"][1] == 0
+    assert out["step_time_s"][0] - out["step_time_s"][1] == pytest.approx(out["time_host_s"][0], rel=1e-5)
+    assert out["step_time_s"][2] == out["step_time_s"][3]

@@ -104,7 +104,7 @@ TRAIN_INPUTS: tuple[str, ...] = (
     "seq_len", "recompute", "zero", "precision", "attention", "tp_overlap", "dp_overlap", "pp_overlap",
     "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch", "pipeline_split", "layers_first_stage",
     "layers_last_stage", "doc_len", "kernels", "optimizer", "memory_report", "adapter_precision", "dp_reduce",
-    "zero_with_pp", "cp_exchange",
+    "zero_with_pp", "cp_exchange", "moe_gemm",
     *ARCHITECTURE_COLUMNS, "etp", "moe_imbalance",
 )
 
@@ -500,7 +500,9 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     # launches work in proportion to the GPU's local experts, and after the sync the GPU waits for it.  A fixed
     # time per local expert, MoE layer and micro-batch (forward 1/3, backward 2/3: one GEMM forward, two
     # backward), fitted on Megatron-Bridge's published MoE runs (constants.MOE_HOST_S_PER_LOCAL_EXPERT).
-    host_fwd = phi * (E / e) * K.MOE_HOST_S_PER_LOCAL_EXPERT / 3.0
+    # One grouped-GEMM kernel per projection (moe_gemm = grouped: grouped_gemm's ops.gmm) launches nothing per expert.
+    per_expert = (x["moe_gemm"] != codes.MOE_GEMM_GROUPED).astype(f64)
+    host_fwd = per_expert * phi * (E / e) * K.MOE_HOST_S_PER_LOCAL_EXPERT / 3.0
     layer_host = host_fwd * (3.0 + full)  # full recomputation runs the forward again
     layer_compute = fwd_compute + bwd_compute
     layer_time = layer_compute + recompute + layer_tp + layer_cp + layer_ep + layer_host
