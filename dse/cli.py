@@ -42,6 +42,7 @@ EXPLAIN_OPTIONS: dict[str, str] = {
     "finetune": "full|lora|qlora", "lora_rank": "int", "lora_targets": "all|attention|qv",
     "offload": "none|optimizer|all", "zero3_fetch": "prefetch|on_demand", "zero_with_pp": "refuse|gather_once",
     "cp_exchange": "ring|allgather", "moe_gemm": "per_expert|grouped",
+    "ep_dispatch": "alltoall|deepep",
     "pipeline_split": "even|embedding_loss", "layers_first_stage": "int", "layers_last_stage": "int",
     "doc_len": "int (mean document length of packed sequences)",
     "stack": "software stack (README: Case files): its profile fills the knobs not given",

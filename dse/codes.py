@@ -137,6 +137,12 @@ CP_EXCHANGE_ALLGATHER = 1
 #: GroupedExpertsDeepEP): no per-expert host time.
 MOE_GEMM: tuple[str, ...] = ("per_expert", "grouped")
 MOE_GEMM_GROUPED = 1
+#: How the expert-parallel dispatch and combine move tokens: a plain all-to-all that sends every routed copy (top_k
+#: per token) to its expert's GPU (Megatron-core's ``alltoall`` dispatcher over NCCL), or DeepEP's normal kernels,
+#: which send a token once per remote destination node over the NIC and forward it over NVLink inside the node
+#: (see :func:`dse.cost.network.deepep_dispatch_time`).
+EP_DISPATCH: tuple[str, ...] = ("alltoall", "deepep")
+EP_DISPATCH_DEEPEP = 1
 
 #: Reasons a configuration has no answer.  Code 0 means feasible.  The order is the order of the checks:
 #: the first failing check is reported.

@@ -28,6 +28,7 @@ CATEGORICAL_DEFAULTS: dict[str, str] = {
     "zero_with_pp": "refuse",
     "cp_exchange": "ring",
     "moe_gemm": "per_expert",
+    "ep_dispatch": "alltoall",
 }
 #: Vocabulary of each categorical input.
 CATEGORICAL: dict[str, tuple[str, ...]] = {
@@ -49,6 +50,7 @@ CATEGORICAL: dict[str, tuple[str, ...]] = {
     "zero_with_pp": codes.ZERO_WITH_PP,
     "cp_exchange": codes.CP_EXCHANGE,
     "moe_gemm": codes.MOE_GEMM,
+    "ep_dispatch": codes.EP_DISPATCH,
 }
 
 #: The defaults, as documented in the README ("Inputs, defaults and optional knobs").
@@ -90,6 +92,7 @@ DEFAULTS_DOC: dict[str, str] = {
     "zero_with_pp": "refuse (zero >= 2 with pp > 1 is a reason row, as DeepSpeed refuses it)",
     "cp_exchange": "ring (K,V chunks passed around a ring under the attention: Megatron-core / TE p2p)",
     "moe_gemm": "per_expert (TE GroupedLinear: each local expert's GEMMs launched from the host)",
+    "ep_dispatch": "alltoall (every routed copy sent to its expert's GPU, over the NIC when remote)",
     "etp": "tp (expert tensor parallel: experts split like the dense layers)",
     "moe_imbalance": "1 (balanced routing, as Megatron-Bridge's benchmarks force it)",
     "head_dim": "hidden / heads",

@@ -90,6 +90,7 @@ TRAIN_KNOBS: dict[str, tuple[str, ...]] = {
     "zero3_fetch": codes.ZERO3_FETCH, "kernels": codes.KERNELS, "optimizer": codes.OPTIMIZER,
     "memory_report": codes.MEMORY_REPORT, "adapter_precision": codes.ADAPTER_PRECISION, "dp_reduce": codes.DP_REDUCE,
     "zero_with_pp": codes.ZERO_WITH_PP, "cp_exchange": codes.CP_EXCHANGE, "moe_gemm": codes.MOE_GEMM,
+    "ep_dispatch": codes.EP_DISPATCH,
     "pipeline_split": codes.PIPELINE_SPLIT,
 }
 #: Settings recorded for the reader (no term in the model) and serving-engine settings.

@@ -204,3 +204,37 @@ def test_cp_allgather_hides_under_the_local_block_only():
     assert cp_grad_ring_exposed(3.0, 8.0, 4.0) == pytest.approx(3.0 * 3.0 - 8.0 * 3.0 / 4.0)
     assert cp_grad_ring_exposed(1.0, 8.0, 4.0) == 0.0
     np.testing.assert_allclose(cp_allgather_exposed(np.array([10.0, 4.0]), 40.0, 8.0), [5.0, 0.0])
+
+
+def test_expected_distinct_holders_matches_enumeration():
+    """H·(1 − C(E − E/H, k)/C(E, k)): the mean number of distinct holders of k different experts drawn uniformly
+    from E split evenly over H holders, checked against every draw of a small case; arrays and scalars alike."""
+    from itertools import combinations
+
+    for experts, k, holders in ((8, 2, 4), (12, 3, 3), (16, 4, 2), (8, 1, 8), (6, 6, 3)):
+        per = experts // holders
+        draws = list(combinations(range(experts), k))
+        mean = sum(len({x // per for x in d}) for d in draws) / len(draws)
+        got = network.expected_distinct_holders(float(experts), float(k), float(holders))
+        assert float(got) == pytest.approx(mean, rel=1e-12)
+    many = network.expected_distinct_holders(np.array([256.0, 256.0, 128.0]), np.array([8.0, 8.0, 8.0]),
+                                             np.array([1.0, 8.0, 128.0]))
+    assert many[0] == pytest.approx(1.0)
+    assert 1.0 < many[1] < 8.0  # DeepSeek-V3 over 8 nodes: 5.27 nodes per token
+    assert many[2] == pytest.approx(8.0)  # one expert per holder: every copy to its own holder
+
+
+def test_deepep_sends_a_token_once_per_remote_node():
+    """DeepEP's dispatch puts fewer bytes on the NIC than an all-to-all of every routed copy when a token's experts
+    share nodes, the NVLink carries the forwarding, and one node has no NIC traffic at all."""
+    hw = {"scaleup_gpus": np.array(8.0), "scaleup_ring_bw": np.array(370e9), "scaleout_bw": np.array(46e9),
+          "scaleup_latency_s": np.array(0.0), "scaleout_latency_s": np.array(0.0)}
+    token_bytes, experts, k = 4096 * 7168 * 2.0, 256.0, 8.0
+    a2a = network.alltoall_time(token_bytes * k, np.array(1.0), np.array(64.0), hw)
+    deepep = network.deepep_dispatch_time(token_bytes, experts, k, np.array(1.0), np.array(64.0), hw)
+    remote_nodes = 7.0 / 8.0 * network.expected_distinct_holders(experts, k, 8.0)
+    assert deepep == pytest.approx(token_bytes * remote_nodes / 46e9)
+    assert a2a == pytest.approx(token_bytes * k * 56.0 / 64.0 / 46e9)
+    one_node = network.deepep_dispatch_time(token_bytes, experts, k, np.array(1.0), np.array(8.0), hw)
+    gpus = network.expected_distinct_holders(experts, k, 8.0)
+    assert one_node == pytest.approx(token_bytes * gpus * 7.0 / 8.0 / 370e9)

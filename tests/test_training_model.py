@@ -418,3 +418,27 @@ def test_grouped_moe_gemm_has_no_per_expert_host_time():
     assert out["time_host_s"][0] > 0 and out["time_host_s"][1] == 0
     assert out["step_time_s"][0] - out["step_time_s"][1] == pytest.approx(out["time_host_s"][0], rel=1e-5)
     assert out["step_time_s"][2] == out["step_time_s"][3]
+
+
+def test_ep_dispatch_default_is_the_alltoall_and_deepep_shrinks_only_the_expert_all_to_all():
+    """ep_dispatch empty = alltoall = today's model, exactly (also in a batch with deepep rows); deepep (a token
+    once per remote node over the NIC) changes only the expert-parallel communication of a MoE row (and the step
+    through it), and leaves a dense row as it was."""
+    rows = pd.DataFrame({"model": ["deepseek-v3", "deepseek-v3", "deepseek-v3", "llama3-8b", "llama3-8b"],
+                         "system": "h100-sxm-80gb", "gpus": [256, 256, 256, 8, 8], "tp": 1,
+                         "pp": [4, 4, 4, 1, 1], "ep": [64, 64, 64, 1, 1], "micro_batch": 1,
+                         "global_batch": [512, 512, 512, 64, 64], "seq_len": 4096, "precision": "bf16",
+                         "zero": 3, "zero_with_pp": ["gather_once"] * 3 + ["refuse"] * 2, "recompute": "full",
+                         "layers_first_stage": [16, 16, 16, None, None], "layers_last_stage": [15, 15, 15, None, None],
+                         "ep_dispatch": ["", "alltoall", "deepep", "alltoall", "deepep"]})
+    out = dse.evaluate(rows)
+    default = dse.evaluate(rows.drop(columns="ep_dispatch"))
+    assert np.isfinite(out["step_time_s"]).all()
+    for i in (0, 1, 3):
+        assert default["step_time_s"][i] == out["step_time_s"][i]
+    assert out["step_time_s"][0] == out["step_time_s"][1]
+    assert out["layer_ep_comm_ms"][2] < 0.8 * out["layer_ep_comm_ms"][1]
+    assert out["step_time_s"][2] < out["step_time_s"][1]
+    for other in ("layer_gemm_ms", "layer_attention_ms", "layer_recompute_ms", "layer_host_ms", "peak_memory_gb"):
+        assert out[other][1] == out[other][2]
+    assert out["step_time_s"][3] == out["step_time_s"][4]

@@ -98,6 +98,53 @@ def alltoall_time(nbytes: Array, stride: Array, size: Array, hw: dict[str, Array
     return (size > 1) * (np.maximum(t_local, t_remote) + latency)
 
 
+def expected_distinct_holders(experts: Array, top_k: Array, holders: Array) -> Array:
+    """Expected number of distinct holders (GPUs, or nodes) among a token's ``top_k`` experts, with the E experts
+    split evenly over ``holders`` and the k experts drawn uniformly without replacement (routing forced to balance
+    with random logits, Megatron-core's ``moe_router_force_load_balancing``):
+
+        H · (1 − C(E − E/H, k) / C(E, k)),   C(E − m, k) / C(E, k) = Π_{i<k} (E − m − i) / (E − i)
+
+    (each holder is missed when all k experts fall among the other E − E/H).  Without replacement because top-k
+    picks k different experts; the with-replacement form H·(1 − (1 − 1/H)^k) over-counts by ~1 % at E = 128,
+    k = 8.  Group- or node-limited routing (DeepSeek-V3 §2.1.2: at most 4 nodes) is not modelled."""
+    e = np.maximum(experts, 1.0)
+    m = e / np.maximum(holders, 1.0)
+    miss = np.ones_like(m * top_k)  # the inputs' float dtype (the kernel runs in float32)
+    for i in range(int(np.max(top_k))):  # over a token's routed copies (at most top_k), not over configurations
+        miss = miss * np.where(i < top_k, np.maximum(e - m - i, 0.0) / np.maximum(e - i, 1.0), 1.0)
+    return holders * (1.0 - miss)
+
+
+def deepep_dispatch_time(token_bytes: Array, experts: Array, top_k: Array, stride: Array, size: Array,
+                         hw: dict[str, Array]) -> Array:
+    """One expert-parallel dispatch (or combine) by DeepEP's normal kernels, each rank sending ``token_bytes`` of
+    tokens (one copy of each, before routing).
+
+    A token crosses the network at most once per destination node, to the GPU of the same in-node index, which
+    forwards it over NVLink to the GPUs holding its experts (DeepSeek-V3 technical report, arXiv 2412.19437
+    §3.2.2; github deepseek-ai/DeepEP docs/legacy.md "forwarding data from NVLink domain to RDMA domain";
+    Megatron-LM megatron/core/transformer/moe/README.md @d98e8a64dd: DeepEP "removes redundant tokens during
+    cross-node communication").  The combine reverses it (reduce in the node, send once per node).  With the
+    ``size`` ranks in N = size / k nodes of k members (:func:`members_per_domain`) and balanced routing:
+
+        NIC    copies per token = (N − 1)/N · H(E, top_k, N)       (distinct remote nodes)
+        NVLink copies per token = (k − 1)/k · H(E, top_k, size)    (distinct GPUs not reached directly)
+
+    with H = :func:`expected_distinct_holders`; both links run at once (one fused kernel), so
+    t = max(S·NVLink / up, S·NIC / NIC rate) + α, the form of :func:`alltoall_time`, which sends all top_k copies.
+    """
+    k = members_per_domain(stride, size, hw["scaleup_gpus"])
+    nodes = np.maximum(size / k, 1.0)
+    remote_copies = (nodes - 1.0) / nodes * expected_distinct_holders(experts, top_k, nodes)
+    local_copies = (k - 1.0) / k * expected_distinct_holders(experts, top_k, size)
+    t_local = token_bytes * local_copies / hw["scaleup_ring_bw"]
+    t_remote = token_bytes * remote_copies / np.maximum(hw["scaleout_bw"], 1.0)
+    remote = np.maximum(size - k, 0.0)
+    latency = hw["scaleup_latency_s"] + (remote > 0) * (hw["scaleout_latency_s"] - hw["scaleup_latency_s"])
+    return (size > 1) * (np.maximum(t_local, t_remote) + latency)
+
+
 def p2p_link(crosses_domain: Array, hw: dict[str, Array]) -> tuple[Array, Array]:
     """(bytes/s, α) of a point-to-point link between neighbours: the scale-up link, or the rank's NIC when the
     transfer leaves the domain (``crosses_domain`` is a float 0/1 mask)."""

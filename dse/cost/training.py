@@ -67,6 +67,7 @@ from dse.cost.network import (
     allgather_time,
     allreduce_time,
     alltoall_time,
+    deepep_dispatch_time,
     group_links,
     p2p_time,
     reduce_scatter_time,
@@ -104,7 +105,7 @@ TRAIN_INPUTS: tuple[str, ...] = (
     "seq_len", "recompute", "zero", "precision", "attention", "tp_overlap", "dp_overlap", "pp_overlap",
     "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch", "pipeline_split", "layers_first_stage",
     "layers_last_stage", "doc_len", "kernels", "optimizer", "memory_report", "adapter_precision", "dp_reduce",
-    "zero_with_pp", "cp_exchange", "moe_gemm",
+    "zero_with_pp", "cp_exchange", "moe_gemm", "ep_dispatch",
     *ARCHITECTURE_COLUMNS, "etp", "moe_imbalance",
 )
 
@@ -486,6 +487,12 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
 
     # ---- expert parallel: dispatch + combine all-to-all, forward and backward ---------------------------
     ep_fwd = phi * 2.0 * alltoall_time(imbalance * ep_dispatch_bytes(T, h, kk, t, sp), t * c, e, hw)
+    # DeepEP (ep_dispatch = deepep): a token crosses the NIC once per destination node, then NVLink
+    deepep = moe * (x["ep_dispatch"] == codes.EP_DISPATCH_DEEPEP).astype(f64)
+    if bool(deepep.any()):
+        deepep_fwd = phi * 2.0 * deepep_dispatch_time(imbalance * ep_dispatch_bytes(T, h, 1.0, t, sp), E, kk,
+                                                      t * c, e, hw)
+        ep_fwd = pick(deepep, deepep_fwd, ep_fwd)
     ep_bwd = ep_fwd
 
     # ---- recomputation ----------------------------------------------------------------------------------
