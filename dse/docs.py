@@ -29,6 +29,7 @@ TASK_DEFAULTS_DOC: dict[str, str] = {
     "request_rate": "empty: maximum load (every request queued at once)",
     "concurrency": "empty: an open `request_rate`, or maximum load",
     "think_time_s": "0 (clients send their next request at once; with `concurrency` only)",
+    "spec_acceptance": "0.85 (DeepSeek-V3's MTP acceptance, constants.MTP_ACCEPTANCE; with `spec_tokens` only)",
     "arrival": "`poisson` with a `request_rate`, `closed` with a `concurrency` (`burst`: all sent at t = 0)",
     "prefill_gpus": "empty: prefill and decode on the same GPUs",
     "prefill_tp": "tp (with prefill_gpus)",
@@ -69,7 +70,7 @@ def _default(name: str) -> str:
 
 
 def _values(name: str, int_range: tuple[int, int | None] | None, vocab: tuple[str, ...] | None) -> str:
-    from dse.spec import FLOAT_AXES, FLOAT_AXIS_MIN, FLOAT_AXIS_ZERO
+    from dse.spec import FLOAT_AXES, FLOAT_AXIS_MAX, FLOAT_AXIS_MIN, FLOAT_AXIS_ZERO
 
     if name in CATALOG_VALUES:
         return CATALOG_VALUES[name]
@@ -77,6 +78,8 @@ def _values(name: str, int_range: tuple[int, int | None] | None, vocab: tuple[st
         lo, hi = int_range
         return f"integer {lo} … {hi}" if hi is not None else f"integer ≥ {lo}"
     if name in FLOAT_AXES:
+        if name in FLOAT_AXIS_MAX:
+            return f"number in (0, {FLOAT_AXIS_MAX[name]:g}]"
         lo_f = 0.0 if name in FLOAT_AXIS_ZERO else FLOAT_AXIS_MIN.get(name)
         return f"number ≥ {lo_f:g}" if lo_f is not None else "number > 0"
     assert vocab is not None

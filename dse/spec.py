@@ -108,14 +108,17 @@ SERVE_INT_AXES: dict[str, tuple[int, int | None]] = {**INFER_INT_AXES, "max_num_
                                                      "concurrency": (1, None), "ep": (1, None),
                                                      "spec_tokens": (0, None)}
 #: Positive real axes (any task that has them).
-FLOAT_AXES = ("request_rate", "moe_imbalance", "think_time_s")
+FLOAT_AXES = ("request_rate", "moe_imbalance", "think_time_s", "spec_acceptance")
 #: Smallest value of a real axis (0: any positive number).
 FLOAT_AXIS_MIN = {"moe_imbalance": 1.0}
+#: Largest value of a real axis (an acceptance rate is a probability: (0, 1]).
+FLOAT_AXIS_MAX = {"spec_acceptance": 1.0}
 #: Real axes that also take 0 (a think time of 0 is the closed loop without one).
 FLOAT_AXIS_ZERO = ("think_time_s",)
 SERVE_CAT_AXES: dict[str, tuple[str, ...]] = {**INFER_CAT_AXES, "decode_kv_reads": DECODE_KV_READS,
                                               "stack": stack_names(), "arrival": ARRIVAL}
-SERVE_GRID_KEYS = ("model", "system", *SERVE_INT_AXES, "request_rate", "think_time_s", *SERVE_CAT_AXES)
+SERVE_GRID_KEYS = ("model", "system", *SERVE_INT_AXES, "request_rate", "think_time_s", "spec_acceptance",
+                   *SERVE_CAT_AXES)
 SERVE_REQUIRED_GRID_KEYS = ("model", "system", "input_len", "output_len")
 
 TASKS: dict[str, TaskKeys] = {
@@ -256,11 +259,13 @@ def _int_values(path: str, key: str, raw: object, lo: int, hi: int | None) -> li
     return out
 
 
-def _float_values(path: str, key: str, raw: object, lo: float = 0.0, zero: bool = False) -> list[float]:
-    """Finite numbers above ``lo`` (at least ``lo`` when it is not 0; 0 too when ``zero``) of a real axis (one
-    value or a non-empty list of distinct values)."""
+def _float_values(path: str, key: str, raw: object, lo: float = 0.0, zero: bool = False,
+                  hi: float = math.inf) -> list[float]:
+    """Finite numbers above ``lo`` (at least ``lo`` when it is not 0; 0 too when ``zero``) and at most ``hi`` of a
+    real axis (one value or a non-empty list of distinct values)."""
     values = raw if isinstance(raw, list) else [raw]
     allowed = ("finite numbers >= 0 (seconds), as one value or a non-empty list" if zero else
+               f"numbers in (0, {hi:g}], as one value or a non-empty list" if math.isfinite(hi) else
                "positive finite numbers (requests/s), as one value or a non-empty list" if lo == 0.0 else
                f"finite numbers of at least {lo:g}, as one value or a non-empty list")
     if not values:
@@ -268,7 +273,7 @@ def _float_values(path: str, key: str, raw: object, lo: float = 0.0, zero: bool 
     out = []
     for v in values:
         if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-                or (v < 0 if zero else v <= 0) or v < lo):
+                or (v < 0 if zero else v <= 0) or v < lo or v > hi):
             raise _err(path, key, v, allowed)
         out.append(float(v))
     if len(set(out)) != len(out):
@@ -586,7 +591,8 @@ def _subgrid(path: str, key: str, raw: object, model_names: tuple[str, ...],
             axes.append(Axis(name, np.asarray(codes, dtype=np.float64), vocab))
             resolved[name] = [vocab[c] for c in codes]
         elif name in FLOAT_AXES:
-            reals = _float_values(path, akey, value, FLOAT_AXIS_MIN.get(name, 0.0), name in FLOAT_AXIS_ZERO)
+            reals = _float_values(path, akey, value, FLOAT_AXIS_MIN.get(name, 0.0), name in FLOAT_AXIS_ZERO,
+                                  FLOAT_AXIS_MAX.get(name, math.inf))
             axes.append(Axis(name, np.asarray(reals, dtype=np.float64)))
             resolved[name] = reals
         elif name in keys.cat_axes:

@@ -46,8 +46,8 @@ CATEGORY_COLUMNS = {**CATEGORICAL, "kv_precision": codes.KV_PRECISION, "stack": 
 SERVE_INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "batch", "input_len", "output_len",
                        "max_num_tokens", "request_rate", "precision", "kv_precision", "decode_kv_reads",
                        "prefill_gpus", "prefill_tp", "concurrency", "think_time_s", "arrival", "ep", "spec_tokens",
-                       "stack")
-FLOAT_INPUT_COLUMNS = ("request_rate", "moe_imbalance", "think_time_s")
+                       "spec_acceptance", "stack")
+FLOAT_INPUT_COLUMNS = ("request_rate", "moe_imbalance", "think_time_s", "spec_acceptance")
 
 
 def tech_columns(spec: Spec) -> tuple[str, ...]:

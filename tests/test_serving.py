@@ -168,6 +168,8 @@ def test_serve_sweep_rows_equal_the_table_path():
     ({"global_batch": 64}, "global_batch"),
     ({"stack": "vllm-9"}, "stack"),
     ({"decode_kv_reads": "sometimes"}, "decode_kv_reads"),
+    ({"spec_acceptance": 1.5}, "spec_acceptance"),
+    ({"spec_acceptance": 0}, "spec_acceptance"),
 ])
 def test_malformed_serve_specs_exit_2(tmp_path, capsys, grid, fragment):
     import yaml
@@ -732,3 +734,15 @@ def test_overlapped_host_time_makes_the_iteration_the_longer_of_gpu_and_host(mon
     lam = 0.5 * large["output_tokens_per_s"] / 128
     x_iter = rated["iteration_tokens"] / (128 + 128 - 1)
     assert x_iter == pytest.approx(lam * rated["iteration_ms"] * 1e-3, rel=1e-3)
+
+
+def test_every_draft_accepted_gains_every_draft():
+    """MTP speculation with acceptance α: a step yields 1 + Σ_{i=1..n} α^i tokens; at α = 1 that is 1 + n (the
+    geometric closed form divides 0 by 0 there), and at α = 0.5, n = 2 it is 1 + 0.5 + 0.25."""
+    from dse.cost.serving import speculative_terms
+
+    x = {"spec_tokens": np.array([2.0, 2.0, 0.0, 3.0]), "spec_acceptance": np.array([1.0, 0.5, 1.0, np.nan])}
+    n, gain = speculative_terms(x)
+    np.testing.assert_allclose(gain[:3], [2.0, 0.75, 0.0])
+    alpha = 0.85  # constants.MTP_ACCEPTANCE for an empty cell
+    assert gain[3] == pytest.approx(alpha + alpha**2 + alpha**3)

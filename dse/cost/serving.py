@@ -326,8 +326,9 @@ def speculative_terms(x: dict[str, Array]) -> tuple[Array, Array]:
     token).  n = 0: no speculation (gain 0)."""
     n = np.nan_to_num(x["spec_tokens"], nan=0.0)
     alpha = np.where(np.isnan(x["spec_acceptance"]), K.MTP_ACCEPTANCE, x["spec_acceptance"])
-    # Σ_{i=1..n} α^i = α(1 − α^n)/(1 − α)  (α < 1)
-    gain = np.where(n > 0, alpha * (1.0 - alpha**n) / np.maximum(1.0 - alpha, 1e-9), 0.0)
+    # Σ_{i=1..n} α^i = α(1 − α^n)/(1 − α) for α < 1, and n at α = 1 (every draft accepted)
+    geometric = alpha * (1.0 - alpha**n) / np.maximum(1.0 - alpha, 1e-9)
+    gain = np.where(n > 0, np.where(alpha < 1.0, geometric, n), 0.0)
     return n, gain
 
 
