@@ -293,6 +293,9 @@ CORPUS: dict[str, Bad] = {
                           allowed=("a positive finite number",)),
     "unknown_system": Bad(_one("system", system="tpu-v9"), row=2, column="system", value="tpu-v9",
                           allowed=(_ALL_SYSTEMS,)),
+    "offload_on_an_inference_row": Bad(
+        lambda d: write_cases(d / "offload_infer.csv", [infer_row(1, offload="optimizer")], [*_HEADER, "offload"]),
+        row=2, column="offload", value="optimizer", allowed=("empty", "task train")),
     "tp_not_integer": Bad(_one("tp_frac", tp="2.5"), row=2, column="tp", value="2.5",
                           allowed=("an integer >= 1",)),
     "tp_zero": Bad(_one("tp_zero", tp="0"), row=2, column="tp", value="0", allowed=("an integer >= 1",)),

@@ -197,6 +197,13 @@ def apply_assumptions(frame: pd.DataFrame, assumptions: Sequence[Assumption]) ->
     return frame, applied
 
 
+#: Case columns that only training rows may fill (an inference or serving row with one is refused, not ignored).
+TRAIN_ONLY_COLUMNS: tuple[str, ...] = (
+    "offload", "finetune", "lora_rank", "lora_targets", "zero3_fetch", "zero_with_pp", "cp_exchange", "moe_gemm",
+    "ep_dispatch", "adapter_precision", "dp_reduce", "optimizer", "memory_report", "pipeline_split",
+    "layers_first_stage", "layers_last_stage", "doc_len")
+
+
 def read_cases(path: str | Path) -> pd.DataFrame:
     """Read and check a case file; raise InputError naming the file, row and column of the first problem."""
     path = Path(path)
@@ -249,6 +256,14 @@ def read_cases(path: str | Path) -> pd.DataFrame:
         pos = int(np.flatnonzero(bad)[0])
         raise InputError(f"{where(pos, 'task')}: value {frame['task'].iloc[pos]!r} is not allowed; allowed: "
                          f"{', '.join(TASKS)}")
+    for col in TRAIN_ONLY_COLUMNS:  # a training setting on an inference or serving row is a mistake, not a no-op
+        if col not in frame.columns:
+            continue
+        bad = ((task != "train") & frame[col].notna() & (frame[col].str.strip() != "")).to_numpy()
+        if bad.any():
+            pos = int(np.flatnonzero(bad)[0])
+            raise InputError(f"{where(pos, col)}: value {frame[col].iloc[pos]!r} is not allowed on a row of task "
+                             f"{task.iloc[pos]!r}; allowed: empty ({col} is a training setting: task train)")
     metric = frame["metric"].fillna("").str.strip()
     bad = ~metric.isin(list(METRICS)).to_numpy()
     if bad.any():
