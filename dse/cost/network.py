@@ -57,8 +57,24 @@ def group_links(stride: Array, size: Array, hw: dict[str, Array]) -> GroupLinks:
     nics = members_per_domain(stride, size, hw["scaleup_gpus"]) * hw["scaleout_bw"]
     ring = hw["scaleup_ring_bw"] - across * np.maximum(hw["scaleup_ring_bw"] - nics, 0.0)
     allreduce = hw["scaleup_allreduce_bw"] - across * np.maximum(hw["scaleup_allreduce_bw"] - nics, 0.0)
-    latency = hw["scaleup_latency_s"] + across * (hw["scaleout_latency_s"] - hw["scaleup_latency_s"])
-    return GroupLinks(ring, allreduce, latency, across)
+    return GroupLinks(ring, allreduce, link_latency(across, hw), across)
+
+
+def link_latency(crosses_domain: Array, hw: dict[str, Array]) -> Array:
+    """α of a transfer: the scale-up link's, or the scale-out network's where it leaves the domain
+    (``crosses_domain`` a 0/1 mask or boolean)."""
+    return hw["scaleup_latency_s"] + crosses_domain * (hw["scaleout_latency_s"] - hw["scaleup_latency_s"])
+
+
+def two_link_time(local_bytes: Array, remote_bytes: Array, remote: Array, size: Array,
+                  hw: dict[str, Array]) -> Array:
+    """A rank's exchange with the peers of its group: ``local_bytes`` over the scale-up links and
+    ``remote_bytes`` over its NIC at once, t = max(local / up, remote / NIC) + α, α the network's where it has
+    ``remote`` peers; zero for a group of one.  A GPU without a NIC (0 B/s) only fails where it has remote
+    peers; 1 B/s keeps 0/0 out of the rest."""
+    t_local = local_bytes / hw["scaleup_ring_bw"]
+    t_remote = remote_bytes / np.maximum(hw["scaleout_bw"], 1.0)
+    return (size > 1) * (np.maximum(t_local, t_remote) + link_latency(remote > 0, hw))
 
 
 def allreduce_terms(size: Array, links: GroupLinks) -> tuple[Array, Array]:
@@ -91,11 +107,7 @@ def alltoall_time(nbytes: Array, stride: Array, size: Array, hw: dict[str, Array
     """
     k = members_per_domain(stride, size, hw["scaleup_gpus"])
     remote = np.maximum(size - k, 0.0)
-    t_local = nbytes * (k - 1.0) / size / hw["scaleup_ring_bw"]
-    # a GPU without a NIC (0 B/s) only fails where it has remote peers; 1 B/s keeps 0/0 out of the rest
-    t_remote = nbytes * remote / size / np.maximum(hw["scaleout_bw"], 1.0)
-    latency = hw["scaleup_latency_s"] + (remote > 0) * (hw["scaleout_latency_s"] - hw["scaleup_latency_s"])
-    return (size > 1) * (np.maximum(t_local, t_remote) + latency)
+    return two_link_time(nbytes * (k - 1.0) / size, nbytes * remote / size, remote, size, hw)
 
 
 def expected_distinct_holders(experts: Array, top_k: Array, holders: Array) -> Array:
@@ -138,19 +150,15 @@ def deepep_dispatch_time(token_bytes: Array, experts: Array, top_k: Array, strid
     nodes = np.maximum(size / k, 1.0)
     remote_copies = (nodes - 1.0) / nodes * expected_distinct_holders(experts, top_k, nodes)
     local_copies = (k - 1.0) / k * expected_distinct_holders(experts, top_k, size)
-    t_local = token_bytes * local_copies / hw["scaleup_ring_bw"]
-    t_remote = token_bytes * remote_copies / np.maximum(hw["scaleout_bw"], 1.0)
-    remote = np.maximum(size - k, 0.0)
-    latency = hw["scaleup_latency_s"] + (remote > 0) * (hw["scaleout_latency_s"] - hw["scaleup_latency_s"])
-    return (size > 1) * (np.maximum(t_local, t_remote) + latency)
+    return two_link_time(token_bytes * local_copies, token_bytes * remote_copies, np.maximum(size - k, 0.0), size,
+                         hw)
 
 
 def p2p_link(crosses_domain: Array, hw: dict[str, Array]) -> tuple[Array, Array]:
     """(bytes/s, α) of a point-to-point link between neighbours: the scale-up link, or the rank's NIC when the
     transfer leaves the domain (``crosses_domain`` is a float 0/1 mask)."""
     bw = hw["scaleup_ring_bw"] + crosses_domain * (hw["scaleout_bw"] - hw["scaleup_ring_bw"])
-    latency = hw["scaleup_latency_s"] + crosses_domain * (hw["scaleout_latency_s"] - hw["scaleup_latency_s"])
-    return bw, latency
+    return bw, link_latency(crosses_domain, hw)
 
 
 def p2p_time(nbytes: Array, crosses_domain: Array, hw: dict[str, Array]) -> Array:

@@ -18,6 +18,9 @@ import numpy as np
 import pandas as pd
 
 from dse.cost.architecture import ARCHITECTURE_COLUMNS
+from dse.cost.inference import INFER_INPUTS
+from dse.cost.serving import SERVE_INPUTS
+from dse.cost.training import TRAIN_INPUTS
 from dse.frame import (
     OPTIONAL_KNOBS,
     InputError,
@@ -197,11 +200,11 @@ def apply_assumptions(frame: pd.DataFrame, assumptions: Sequence[Assumption]) ->
     return frame, applied
 
 
-#: Case columns that only training rows may fill (an inference or serving row with one is refused, not ignored).
-TRAIN_ONLY_COLUMNS: tuple[str, ...] = (
-    "offload", "finetune", "lora_rank", "lora_targets", "zero3_fetch", "zero_with_pp", "cp_exchange", "moe_gemm",
-    "ep_dispatch", "adapter_precision", "dp_reduce", "optimizer", "memory_report", "pipeline_split",
-    "layers_first_stage", "layers_last_stage", "doc_len")
+#: Case columns that only training rows may fill (an inference or serving row with one is refused, not ignored):
+#: the optional columns and knobs the training kernel reads and neither the inference nor the serving kernel does.
+TRAIN_ONLY_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys(
+    c for c in (*OPTIONAL_COLUMNS, *OPTIONAL_KNOBS) if c in TRAIN_INPUTS and c not in INFER_INPUTS
+    and c not in SERVE_INPUTS))
 
 
 def read_cases(path: str | Path) -> pd.DataFrame:
