@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -285,13 +287,30 @@ def test_nvfp4_quantizes_the_same_tensors_as_fp8_at_its_measured_cost_per_elemen
 
 
 def test_blackwell_fp4_gemm_efficiency_is_the_fp8_one_scaled_by_the_cited_kernel_benchmarks():
-    """The fp4 efficiencies of efficiency.csv are derived, not fitted: NVFP4 reaches (5.50 + 5.37) / 2 of 9 PF/s
-    on B200 (pytorch/ao PR 2427) and MXFP8 (3.20 + 3.10) / 2 of 4.5 PF/s (flashinfer PR 2464); their ratio of
-    fractions of peak scales the fp8 efficiencies (3 decimals in the file)."""
+    """The training fp4 efficiency of efficiency.csv is derived, not fitted: NVFP4 reaches (5.50 + 5.37) / 2 of
+    9 PF/s on B200 (pytorch/ao PR 2427) and MXFP8 (3.20 + 3.10) / 2 of 4.5 PF/s (flashinfer PR 2464); their ratio
+    of fractions of peak scales the fp8 efficiency (3 decimals in the file)."""
     eff = hwcat.efficiency().loc["blackwell"]
     ratio = ((5.50 + 5.37) / 2 / 9.0) / ((3.20 + 3.10) / 2 / 4.5)
     assert eff["matmul_eff_fp4"] == pytest.approx(eff["matmul_eff_fp8"] * ratio, abs=5e-4)
-    assert eff["infer_matmul_eff_fp4"] == pytest.approx(eff["infer_matmul_eff_fp8"] * ratio, abs=5e-4)
+
+
+def test_blackwell_serving_gemm_efficiency_is_hoppers_scaled_by_one_harness():
+    """Blackwell's serving GEMM efficiencies are derived, not fitted: Hopper's (fitted on the shared TensorRT-LLM
+    files) times the fraction of peak B200 reaches over the one H100 reaches in TensorRT-LLM 1.3.0rc20's measured
+    GEMM tables (tests/kernels/trtllm_gemm_large_m.csv, from ai-dynamo/aiconfigurator); fp4 is the fp8 value
+    times NVFP4's fraction over FP8's on B200 (3 decimals in the file)."""
+    table = pd.read_csv(Path(__file__).parent / "kernels" / "trtllm_gemm_large_m.csv").set_index(["gpu", "dtype"])
+    med = table["median_eff"]
+    eff = hwcat.efficiency()
+    bw, hop = eff.loc["blackwell"], eff.loc["hopper"]
+    fp16 = hop["infer_matmul_eff_fp16"] * med["b200_sxm", "bfloat16"] / med["h100_sxm", "bfloat16"]
+    fp8 = hop["infer_matmul_eff_fp8"] * med["b200_sxm", "fp8"] / med["h100_sxm", "fp8"]
+    assert bw["infer_matmul_eff_fp16"] == pytest.approx(fp16, abs=5e-4)
+    assert bw["infer_matmul_eff_fp8"] == pytest.approx(fp8, abs=5e-4)
+    assert bw["infer_matmul_eff_fp4"] == pytest.approx(fp8 * med["b200_sxm", "nvfp4"] / med["b200_sxm", "fp8"],
+                                                       abs=5e-4)
+    assert (table["source"].str.contains("aiconfigurator @095f58a")).all()
 
 
 # ---- FSDP2 with pipeline parallelism (zero_with_pp), PyTorch's all-gather context parallelism (cp_exchange) ----
