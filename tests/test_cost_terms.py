@@ -200,9 +200,10 @@ def test_cp_allgather_hides_under_the_local_block_only():
 
     assert cp_allgather_exposed(10.0, 40.0, 8.0) == pytest.approx(5.0)
     assert cp_allgather_exposed(4.0, 40.0, 8.0) == 0.0
-    # the KV-gradient ring: cp − 1 transfers, each under one of the cp − 1 non-local steps' backward
-    assert cp_grad_ring_exposed(3.0, 8.0, 4.0) == pytest.approx(3.0 * 3.0 - 8.0 * 3.0 / 4.0)
-    assert cp_grad_ring_exposed(1.0, 8.0, 4.0) == 0.0
+    # the KV-gradient ring: cp transfers; the first cp − 1 each under one of the non-local steps' backward, the
+    # last one waited for after the loop with nothing left to hide it
+    assert cp_grad_ring_exposed(3.0, 8.0, 4.0) == pytest.approx(3.0 * 3.0 - 8.0 * 3.0 / 4.0 + 3.0)
+    assert cp_grad_ring_exposed(1.0, 8.0, 4.0) == pytest.approx(1.0)
     np.testing.assert_allclose(cp_allgather_exposed(np.array([10.0, 4.0]), 40.0, 8.0), [5.0, 0.0])
 
 

@@ -51,13 +51,15 @@ def cp_allgather_exposed(gather_s: Array, attention_s: Array, cp: Array) -> Arra
 def cp_grad_ring_exposed(step_s: Array, attention_s: Array, cp: Array) -> Array:
     """Exposed time of the backward's KV-gradient ring in PyTorch's context parallelism:
 
-        t = max((cp − 1)·(C_dkv / link + α) − t_attn_bwd·(cp − 1)/cp, 0),   C_dkv = 2·C_kv (fp32)
+        t = max((cp − 1)·T − t_attn_bwd·(cp − 1)/cp, 0) + T,   T = C_dkv / link + α,   C_dkv = 2·C_kv (fp32)
 
-    ``_templated_ring_attention_backward`` sends the accumulated dK, dV to the next rank after every step
-    (``dkv_rotater``, all-to-all permute) in the accumulation dtype (``_cp_options.convert_to_f32``: fp32), and
-    waits for the neighbour's after its own next step's kernel: each transfer hides under one step's attention
-    backward."""
-    return np.maximum((cp - 1.0) * step_s - attention_s * (cp - 1.0) / cp, 0.0)
+    ``_templated_ring_attention_backward`` sends the accumulated dK, dV to the next rank after every one of its
+    cp steps (``dkv_rotater``, all-to-all permute) in the accumulation dtype (``_cp_options.convert_to_f32``:
+    fp32).  The first cp − 1 transfers are waited for after the next step's kernel, so each hides under one
+    step's attention backward; the last one is waited for right after the loop (``next_grad_kv =
+    dkv_rotater.next_buffer()``) with no kernel left to hide it: one transfer is always exposed.
+    PyTorch ``torch/distributed/tensor/experimental/_attention.py`` (Dec 2024 and 2025 versions alike)."""
+    return np.maximum((cp - 1.0) * step_s - attention_s * (cp - 1.0) / cp, 0.0) + step_s
 
 
 def ep_dispatch_bytes(tokens: Array, hidden: Array, top_k: Array, tp: Array, sp: Array) -> Array:
