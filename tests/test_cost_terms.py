@@ -207,6 +207,20 @@ def test_cp_allgather_hides_under_the_local_block_only():
     np.testing.assert_allclose(cp_allgather_exposed(np.array([10.0, 4.0]), 40.0, 8.0), [5.0, 0.0])
 
 
+def test_cp_ring_bookkeeping_bytes_count_the_passes_of_pytorchs_ring():
+    """PyTorch's ring attention, per element of the local chunk: forward 20 + 46·(cp − 1) bytes (contiguous K, V;
+    a K,V cat per send; each step's fp32 cast and three-pass merge; the cast back), backward 84 + 60·(cp − 1)
+    (zeroed fp32 grads, contiguous K, V, per step the dK,dV cat for the send and the dQ add, half-size dK,dV adds
+    with a full cat after the first step, the casts back); linear in the elements, arrays broadcast."""
+    from dse.cost.parallel import cp_ring_backward_bytes, cp_ring_forward_bytes
+
+    assert cp_ring_forward_bytes(1.0, 2.0) == pytest.approx(8 + 8 + 6 * 2 + 32 + 6)
+    assert cp_ring_backward_bytes(1.0, 2.0) == pytest.approx(12 + 8 + 8 + 20 + 26 + 2 * (16 + 10) + 18)
+    np.testing.assert_allclose(cp_ring_forward_bytes(np.array([1.0, 3.0]), np.array([8.0, 8.0])),
+                               [342.0, 1026.0])
+    np.testing.assert_allclose(cp_ring_backward_bytes(2.0, np.array([4.0, 8.0])), [2 * 264.0, 2 * 504.0])
+
+
 def test_expected_distinct_holders_matches_enumeration():
     """H·(1 − C(E − E/H, k)/C(E, k)): the mean number of distinct holders of k different experts drawn uniformly
     from E split evenly over H holders, checked against every draw of a small case; arrays and scalars alike."""

@@ -62,6 +62,36 @@ def cp_grad_ring_exposed(step_s: Array, attention_s: Array, cp: Array) -> Array:
     return np.maximum((cp - 1.0) * step_s - attention_s * (cp - 1.0) / cp, 0.0) + step_s
 
 
+def cp_ring_forward_bytes(elements: Array, cp: Array) -> Array:
+    """HBM bytes of the element-wise work around the attention kernels in one pass of PyTorch's ring attention
+    forward, on the rank with the most (the last: every step after the first merges a full-length output):
+
+        B_fwd = (20 + 46·(cp − 1))·E,   E = b·(s/cp)·a·d/t   (elements of the local Q, K, V or output chunk)
+
+    Counted from ``_templated_ring_attention`` and ``_SDPAMerger`` (``torch/distributed/tensor/experimental/
+    _attention.py``), eager PyTorch, one read and one write per operand: ``key.contiguous()`` and
+    ``value.contiguous()`` 8E; per step but the last, ``torch.cat`` of K and V for the send 8E; every step's
+    output cast to fp32 (``convert_to_f32``) 6E; every step after the first merges in fp32,
+    ``out − sigmoid(lse_b − lse)·(out − out_b)``, three passes 32E; the result cast back 6E.  ASSUMPTION: no
+    fusion of these passes (torch.compile would fuse some of them)."""
+    return (20.0 + 46.0 * (cp - 1.0)) * elements
+
+
+def cp_ring_backward_bytes(elements: Array, cp: Array) -> Array:
+    """HBM bytes of the element-wise work around the attention kernels in PyTorch's ring attention backward, on
+    the last rank (every step after the first adds into half of dK, dV: ``_partial_update``):
+
+        B_bwd = (84 + 60·(cp − 1))·E
+
+    Counted from ``_templated_ring_attention_backward`` (``torch/distributed/tensor/experimental/_attention.py``),
+    eager PyTorch, fp32 accumulation (``_cp_options.convert_to_f32``): zero-filled dQ, dK, dV 12E;
+    ``contiguous()`` of K and V 8E; per step but the last, ``torch.cat`` of K and V 8E; the first step's dK, dV
+    added in fp32 20E; every later step's ``_partial_update`` of dK and dV (a half-size add, then ``torch.cat``
+    of the full fp32 tensor) 26E; every step ``torch.cat`` of dK and dV for the send 16E and dQ added 10E; dQ
+    and the received dK, dV cast back 18E.  ASSUMPTION: no fusion of these passes."""
+    return (84.0 + 60.0 * (cp - 1.0)) * elements
+
+
 def ep_dispatch_bytes(tokens: Array, hidden: Array, top_k: Array, tp: Array, sp: Array) -> Array:
     """Bytes one GPU sends in one MoE all-to-all: its tokens (sequence-sharded with sp, a 0/1 mask) × top_k ×
     h × 2."""
