@@ -200,10 +200,25 @@ def test_cp_allgather_hides_under_the_local_block_only():
 
     assert cp_allgather_exposed(10.0, 40.0, 8.0) == pytest.approx(5.0)
     assert cp_allgather_exposed(4.0, 40.0, 8.0) == 0.0
-    # the KV-gradient ring: cp − 1 transfers, each under one of the cp − 1 non-local steps' backward
-    assert cp_grad_ring_exposed(3.0, 8.0, 4.0) == pytest.approx(3.0 * 3.0 - 8.0 * 3.0 / 4.0)
-    assert cp_grad_ring_exposed(1.0, 8.0, 4.0) == 0.0
+    # the KV-gradient ring: cp transfers; the first cp − 1 each under one of the non-local steps' backward, the
+    # last one waited for after the loop with nothing left to hide it
+    assert cp_grad_ring_exposed(3.0, 8.0, 4.0) == pytest.approx(3.0 * 3.0 - 8.0 * 3.0 / 4.0 + 3.0)
+    assert cp_grad_ring_exposed(1.0, 8.0, 4.0) == pytest.approx(1.0)
     np.testing.assert_allclose(cp_allgather_exposed(np.array([10.0, 4.0]), 40.0, 8.0), [5.0, 0.0])
+
+
+def test_cp_ring_bookkeeping_bytes_count_the_passes_of_pytorchs_ring():
+    """PyTorch's ring attention, per element of the local chunk: forward 20 + 46·(cp − 1) bytes (contiguous K, V;
+    a K,V cat per send; each step's fp32 cast and three-pass merge; the cast back), backward 84 + 60·(cp − 1)
+    (zeroed fp32 grads, contiguous K, V, per step the dK,dV cat for the send and the dQ add, half-size dK,dV adds
+    with a full cat after the first step, the casts back); linear in the elements, arrays broadcast."""
+    from dse.cost.parallel import cp_ring_backward_bytes, cp_ring_forward_bytes
+
+    assert cp_ring_forward_bytes(1.0, 2.0) == pytest.approx(8 + 8 + 6 * 2 + 32 + 6)
+    assert cp_ring_backward_bytes(1.0, 2.0) == pytest.approx(12 + 8 + 8 + 20 + 26 + 2 * (16 + 10) + 18)
+    np.testing.assert_allclose(cp_ring_forward_bytes(np.array([1.0, 3.0]), np.array([8.0, 8.0])),
+                               [342.0, 1026.0])
+    np.testing.assert_allclose(cp_ring_backward_bytes(2.0, np.array([4.0, 8.0])), [2 * 264.0, 2 * 504.0])
 
 
 def test_expected_distinct_holders_matches_enumeration():

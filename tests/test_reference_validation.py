@@ -126,9 +126,19 @@ def test_readme_todays_models_table_is_the_validate_output(assumptions):
 @pytest.mark.parametrize("name", ["torchtitan_2024-08_a100_h100.csv", "torchtitan_2024-12_h100.csv"])
 def test_torchtitan_cases_are_all_predicted(name):
     """Issue 25: every torchtitan row has a prediction -- the pipeline-parallel FSDP2 rows included (they were the
-    reason 'zero >= 2 with pp > 1 unsupported'). Their MAPE (README, "torchtitan") is reported, not asserted: the
-    issue's 20 % is not met yet."""
+    reason 'zero >= 2 with pp > 1 unsupported'). Their MAPE is in the README ("torchtitan"); the issue's 20 % on
+    tokens/s is asserted in test_torchtitan_2024_12_throughput_meets_the_issue_target."""
     from pathlib import Path
 
     results = validate_file(Path(__file__).parent / "cases" / name)
     assert results and all(r.skipped is None and r.predicted is not None for r in results)
+
+
+def test_torchtitan_2024_12_throughput_meets_the_issue_target():
+    """Issue 25: torchtitan's Dec 2024 H100 runs at <= 20 % tokens/s MAPE with every row predicted (18.39 % with
+    PyTorch's ring bookkeeping and its exposed last KV-gradient hop, dse.cost.parallel)."""
+    from pathlib import Path
+
+    results = validate_file(Path(__file__).parent / "cases" / "torchtitan_2024-12_h100.csv")
+    (summary,) = [s for s in summarize(results) if s["metric"] == "tokens_per_s_per_gpu"]
+    assert summary["n"] == 18 and summary["mape_pct"] <= 20.0

@@ -51,13 +51,45 @@ def cp_allgather_exposed(gather_s: Array, attention_s: Array, cp: Array) -> Arra
 def cp_grad_ring_exposed(step_s: Array, attention_s: Array, cp: Array) -> Array:
     """Exposed time of the backward's KV-gradient ring in PyTorch's context parallelism:
 
-        t = max((cp − 1)·(C_dkv / link + α) − t_attn_bwd·(cp − 1)/cp, 0),   C_dkv = 2·C_kv (fp32)
+        t = max((cp − 1)·T − t_attn_bwd·(cp − 1)/cp, 0) + T,   T = C_dkv / link + α,   C_dkv = 2·C_kv (fp32)
 
-    ``_templated_ring_attention_backward`` sends the accumulated dK, dV to the next rank after every step
-    (``dkv_rotater``, all-to-all permute) in the accumulation dtype (``_cp_options.convert_to_f32``: fp32), and
-    waits for the neighbour's after its own next step's kernel: each transfer hides under one step's attention
-    backward."""
-    return np.maximum((cp - 1.0) * step_s - attention_s * (cp - 1.0) / cp, 0.0)
+    ``_templated_ring_attention_backward`` sends the accumulated dK, dV to the next rank after every one of its
+    cp steps (``dkv_rotater``, all-to-all permute) in the accumulation dtype (``_cp_options.convert_to_f32``:
+    fp32).  The first cp − 1 transfers are waited for after the next step's kernel, so each hides under one
+    step's attention backward; the last one is waited for right after the loop (``next_grad_kv =
+    dkv_rotater.next_buffer()``) with no kernel left to hide it: one transfer is always exposed.
+    PyTorch ``torch/distributed/tensor/experimental/_attention.py`` (Dec 2024 and 2025 versions alike)."""
+    return np.maximum((cp - 1.0) * step_s - attention_s * (cp - 1.0) / cp, 0.0) + step_s
+
+
+def cp_ring_forward_bytes(elements: Array, cp: Array) -> Array:
+    """HBM bytes of the element-wise work around the attention kernels in one pass of PyTorch's ring attention
+    forward, on the rank with the most (the last: every step after the first merges a full-length output):
+
+        B_fwd = (20 + 46·(cp − 1))·E,   E = b·(s/cp)·a·d/t   (elements of the local Q, K, V or output chunk)
+
+    Counted from ``_templated_ring_attention`` and ``_SDPAMerger`` (``torch/distributed/tensor/experimental/
+    _attention.py``), eager PyTorch, one read and one write per operand: ``key.contiguous()`` and
+    ``value.contiguous()`` 8E; per step but the last, ``torch.cat`` of K and V for the send 8E; every step's
+    output cast to fp32 (``convert_to_f32``) 6E; every step after the first merges in fp32,
+    ``out − sigmoid(lse_b − lse)·(out − out_b)``, three passes 32E; the result cast back 6E.  ASSUMPTION: no
+    fusion of these passes (torch.compile would fuse some of them)."""
+    return (20.0 + 46.0 * (cp - 1.0)) * elements
+
+
+def cp_ring_backward_bytes(elements: Array, cp: Array) -> Array:
+    """HBM bytes of the element-wise work around the attention kernels in PyTorch's ring attention backward, on
+    the last rank (every step after the first adds into half of dK, dV: ``_partial_update``):
+
+        B_bwd = (84 + 60·(cp − 1))·E
+
+    Counted from ``_templated_ring_attention_backward`` (``torch/distributed/tensor/experimental/_attention.py``),
+    eager PyTorch, fp32 accumulation (``_cp_options.convert_to_f32``): zero-filled dQ, dK, dV 12E;
+    ``contiguous()`` of K and V 8E; per step but the last, ``torch.cat`` of K and V 8E; the first step's dK, dV
+    added in fp32 20E; every later step's ``_partial_update`` of dK and dV (a half-size add, then ``torch.cat``
+    of the full fp32 tensor) 26E; every step ``torch.cat`` of dK and dV for the send 16E and dQ added 10E; dQ
+    and the received dK, dV cast back 18E.  ASSUMPTION: no fusion of these passes."""
+    return (84.0 + 60.0 * (cp - 1.0)) * elements
 
 
 def ep_dispatch_bytes(tokens: Array, hidden: Array, top_k: Array, tp: Array, sp: Array) -> Array:

@@ -79,6 +79,8 @@ from dse.cost.parallel import (
     cp_allgather_exposed,
     cp_grad_ring_exposed,
     cp_kv_chunk_bytes,
+    cp_ring_backward_bytes,
+    cp_ring_forward_bytes,
     ep_dispatch_bytes,
     pp_activation_bytes,
     tp_activation_bytes,
@@ -479,9 +481,13 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     if bool(cp_ag.any()):
         kv_chunk = cp_kv_chunk_bytes(b, s, c, rec["q_width"], t)
         kv_gather = allgather_time(c * kv_chunk, c, group_links(t, c, hw))
-        ag_fwd = cp_allgather_exposed(kv_gather, attn_fwd, c)
+        # plus the ring's own element-wise kernels on the compute stream: the fp32 merges of the partial outputs
+        # and the fp32 accumulation of the gradients (memory-bound, E = elements of the local Q chunk)
+        chunk_elems = b * (s / c) * rec["q_width"] / t
+        ag_fwd = cp_allgather_exposed(kv_gather, attn_fwd, c) + cp_ring_forward_bytes(chunk_elems, c) / mem_rate
         ag_bwd = (cp_allgather_exposed(kv_gather, attn_bwd, c)
-                  + cp_grad_ring_exposed(p2p_time(2.0 * kv_chunk, cp_cross, hw), attn_bwd, c))
+                  + cp_grad_ring_exposed(p2p_time(2.0 * kv_chunk, cp_cross, hw), attn_bwd, c)
+                  + cp_ring_backward_bytes(chunk_elems, c) / mem_rate)
         cp_fwd = pick(cp_ag, ag_fwd, cp_fwd)
         cp_bwd = pick(cp_ag, ag_bwd, cp_bwd)
 
