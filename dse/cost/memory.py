@@ -137,3 +137,24 @@ def activation_bytes_per_layer(
 def logits_bytes(tokens: Array, vocab: Array, tp: Array) -> Array:
     """fp32 logits of the vocabulary-parallel loss on the last stage: 4·s·b·V/t (Korthikanti §4.3)."""
     return 4.0 * tokens * vocab / tp
+
+
+def adapter_input_bytes(tokens: Array, hidden: Array, o_width: Array, ffn: Array, mlp_matrices: Array,
+                        lora_targets: Array, tp: Array, adapter_bytes: Array) -> Array:
+    """Bytes the LoRA adapters of one layer keep for the backward pass: each adapted linear casts its input to the
+    adapters' dtype and feeds it to ``lora_A``, which saves it for its weight gradient,
+
+        a_LoRA = adapter_bytes · tokens · Σ d_in(adapted modules) / t
+
+    with Σ d_in = q, k, v and o inputs 3h + o_width, the MLP's (matrices − 1)·h + f, for ``lora_targets`` = all
+    (the attention's four for ``attention``, q and v's 2h for ``qv``).  Source: huggingface/peft
+    src/peft/tuners/lora.py @v0.5.0 (7d0324e3) ``Linear.forward``: ``x = x.to(self.lora_A[...].weight.dtype)`` then
+    ``self.lora_B(self.lora_A(self.lora_dropout(x)))``; the 4-bit ``Linear4bit.forward`` does the same; q, k and v
+    are separate HF Llama modules, so each holds its own copy.  ``adapter_bytes`` is 4 for the float32 adapters PEFT
+    creates (``adapter_precision``); ``lora_dropout`` defaults to 0.0 (``nn.Identity``, no mask kept).  The copy of a
+    16-bit adapter's input is the input itself (``to`` returns it), already counted: pass 0 then."""
+    attention = 3.0 * hidden + o_width
+    mlp = (mlp_matrices - 1.0) * hidden + ffn
+    every, attention_only = mask(lora_targets == 0, lora_targets), mask(lora_targets == 1, lora_targets)
+    d_in = every * (attention + mlp) + attention_only * attention + mask(lora_targets == 2, lora_targets) * 2.0 * hidden
+    return adapter_bytes * tokens * d_in / tp
