@@ -158,3 +158,24 @@ def adapter_input_bytes(tokens: Array, hidden: Array, o_width: Array, ffn: Array
     every, attention_only = mask(lora_targets == 0, lora_targets), mask(lora_targets == 1, lora_targets)
     d_in = every * (attention + mlp) + attention_only * attention + mask(lora_targets == 2, lora_targets) * 2.0 * hidden
     return adapter_bytes * tokens * d_in / tp
+
+
+#: Bytes per parameter of a rank's optimizer partition that DeepSpeed's ZeRO step allocates (16-bit gradients):
+#: ``self.flatten(self.averaged_gradients[i])`` (a 16-bit flat copy, 2) ``.to(fp32)`` (4), both alive at the cast.
+ZERO_STEP_GRAD_BYTES = 6.0
+
+
+def zero_step_grad_bytes(partition_params: Array, grad_bytes: Array = 2.0) -> Array:
+    """Temporaries of DeepSpeed's ZeRO optimizer step (no offload) over the rank's partition of Ψ/N_d parameters:
+    the partition's gradients are flattened into one tensor and cast to the fp32 of the master weights, which the
+    step then reads as ``single_partition_of_fp32_groups[i].grad``,
+
+        m_step = (g + 4) · Ψ/N_d  for g-byte gradients (16-bit: 6 = ZERO_STEP_GRAD_BYTES);  4 · Ψ/N_d when g = 4
+        (``flatten`` copies; ``.to(float32)`` of a float32 tensor returns it)
+
+    Sources: microsoft/DeepSpeed deepspeed/runtime/zero/stage_1_and_2.py @v0.10.3 ``step``: ``single_grad_partition
+    = self.flatten(self.averaged_gradients[i]).to(self.single_partition_of_fp32_groups[i].dtype)``;
+    deepspeed/runtime/zero/stage3.py @v0.10.3 ``_prepare_fp32_grad_for_sub_group``: the same per sub-group
+    (``sub_group_size`` 1e9 elements by default, more than a 7B/13B rank's partition at N_d = 8).  The activations are
+    freed by then: the step's peak is the model states plus this."""
+    return (grad_bytes + 4.0 * (grad_bytes < 4.0)) * partition_params

@@ -63,6 +63,7 @@ from dse.cost.memory import (
     optimizer_bytes,
     optimizer_layout_bytes,
     weight_bytes,
+    zero_step_grad_bytes,
 )
 from dse.cost.network import (
     allgather_time,
@@ -763,6 +764,11 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     # the peak of the step is that of the forward/backward (activations held) or of the optimizer step (the
     # activations freed, the step's temporaries allocated), whichever is larger
     step_temp = (1.0 - off_opt) * adam16 * tw * OPTIMIZER_TEMP_BYTES[1] * opt_params
+    # DeepSpeed's ZeRO optimizer (the stacks' DeepSpeed knobs: dp_reduce = reduce_per_rank, zero3_fetch = on_demand)
+    # casts the partition's gradients to fp32 for the step (memory.zero_step_grad_bytes)
+    ds_zero = (((x["dp_reduce"] >= 1) | (x["zero3_fetch"] == 1)) & (x["optimizer"] == codes.OPTIMIZER_MIXED)
+               & (zero >= 1)).astype(f64)
+    step_temp = step_temp + (1.0 - off_opt) * ds_zero * zero_step_grad_bytes(opt_params, 2.0 * tw)
     total = weights + grads + optim + buffers + np.maximum(act, step_temp)
     out.update({
         "mem_weights_bytes": weights, "mem_grads_bytes": grads, "mem_optimizer_bytes": optim,
