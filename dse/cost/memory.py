@@ -178,4 +178,4 @@ def zero_step_grad_bytes(partition_params: Array, grad_bytes: Array = 2.0) -> Ar
     deepspeed/runtime/zero/stage3.py @v0.10.3 ``_prepare_fp32_grad_for_sub_group``: the same per sub-group
     (``sub_group_size`` 1e9 elements by default, more than a 7B/13B rank's partition at N_d = 8).  The activations are
     freed by then: the step's peak is the model states plus this."""
-    return (grad_bytes + 4.0 * (grad_bytes < 4.0)) * partition_params
+    return (grad_bytes + 4.0 * mask(grad_bytes < 4.0, partition_params)) * partition_params
