@@ -102,6 +102,7 @@ KERNELS_EAGER = 1
 #: the 16 low bits of each fp32 master weight, fp32 momentum and variance, 10 bytes).  See
 #: :func:`dse.cost.memory.optimizer_layout_bytes`.
 OPTIMIZER: tuple[str, ...] = ("adam_mixed", "adam_16bit", "adam_fp32_grads", "adam_remainders")
+OPTIMIZER_MIXED = 0
 OPTIMIZER_16BIT = 1
 #: The dtype of LoRA adapters: the base model's 16 bits, or fp32 (HF PEFT 2023 creates ``lora_A`` / ``lora_B`` as
 #: ``nn.Linear`` in the default float32 and moves them to the weight's device only).

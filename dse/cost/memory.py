@@ -137,3 +137,45 @@ def activation_bytes_per_layer(
 def logits_bytes(tokens: Array, vocab: Array, tp: Array) -> Array:
     """fp32 logits of the vocabulary-parallel loss on the last stage: 4·s·b·V/t (Korthikanti §4.3)."""
     return 4.0 * tokens * vocab / tp
+
+
+def adapter_input_bytes(tokens: Array, hidden: Array, o_width: Array, ffn: Array, mlp_matrices: Array,
+                        lora_targets: Array, tp: Array, adapter_bytes: Array) -> Array:
+    """Bytes the LoRA adapters of one layer keep for the backward pass: each adapted linear casts its input to the
+    adapters' dtype and feeds it to ``lora_A``, which saves it for its weight gradient,
+
+        a_LoRA = adapter_bytes · tokens · Σ d_in(adapted modules) / t
+
+    with Σ d_in = q, k, v and o inputs 3h + o_width, the MLP's (matrices − 1)·h + f, for ``lora_targets`` = all
+    (the attention's four for ``attention``, q and v's 2h for ``qv``).  Source: huggingface/peft
+    src/peft/tuners/lora.py @v0.5.0 (7d0324e3) ``Linear.forward``: ``x = x.to(self.lora_A[...].weight.dtype)`` then
+    ``self.lora_B(self.lora_A(self.lora_dropout(x)))``; the 4-bit ``Linear4bit.forward`` does the same; q, k and v
+    are separate HF Llama modules, so each holds its own copy.  ``adapter_bytes`` is 4 for the float32 adapters PEFT
+    creates (``adapter_precision``); ``lora_dropout`` defaults to 0.0 (``nn.Identity``, no mask kept).  The copy of a
+    16-bit adapter's input is the input itself (``to`` returns it), already counted: pass 0 then."""
+    attention = 3.0 * hidden + o_width
+    mlp = (mlp_matrices - 1.0) * hidden + ffn
+    every, attention_only = mask(lora_targets == 0, lora_targets), mask(lora_targets == 1, lora_targets)
+    d_in = every * (attention + mlp) + attention_only * attention + mask(lora_targets == 2, lora_targets) * 2.0 * hidden
+    return adapter_bytes * tokens * d_in / tp
+
+
+#: Bytes per parameter of a rank's optimizer partition that DeepSpeed's ZeRO step allocates (16-bit gradients):
+#: ``self.flatten(self.averaged_gradients[i])`` (a 16-bit flat copy, 2) ``.to(fp32)`` (4), both alive at the cast.
+ZERO_STEP_GRAD_BYTES = 6.0
+
+
+def zero_step_grad_bytes(partition_params: Array, grad_bytes: Array = 2.0) -> Array:
+    """Temporaries of DeepSpeed's ZeRO optimizer step (no offload) over the rank's partition of Ψ/N_d parameters:
+    the partition's gradients are flattened into one tensor and cast to the fp32 of the master weights, which the
+    step then reads as ``single_partition_of_fp32_groups[i].grad``,
+
+        m_step = (g + 4) · Ψ/N_d  for g-byte gradients (16-bit: 6 = ZERO_STEP_GRAD_BYTES);  4 · Ψ/N_d when g = 4
+        (``flatten`` copies; ``.to(float32)`` of a float32 tensor returns it)
+
+    Sources: microsoft/DeepSpeed deepspeed/runtime/zero/stage_1_and_2.py @v0.10.3 ``step``: ``single_grad_partition
+    = self.flatten(self.averaged_gradients[i]).to(self.single_partition_of_fp32_groups[i].dtype)``;
+    deepspeed/runtime/zero/stage3.py @v0.10.3 ``_prepare_fp32_grad_for_sub_group``: the same per sub-group
+    (``sub_group_size`` 1e9 elements by default, more than a 7B/13B rank's partition at N_d = 8).  The activations are
+    freed by then: the step's peak is the model states plus this."""
+    return (grad_bytes + 4.0 * mask(grad_bytes < 4.0, partition_params)) * partition_params

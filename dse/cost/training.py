@@ -56,12 +56,14 @@ from dse.cost.host import cpu_adam_time, host_state_bytes, offload_gradient_byte
 from dse.cost.memory import (
     GRAD_BYTES,
     OPTIMIZER_TEMP_BYTES,
+    adapter_input_bytes,
     gradient_bytes,
     layer_activation_terms,
     logits_bytes,
     optimizer_bytes,
     optimizer_layout_bytes,
     weight_bytes,
+    zero_step_grad_bytes,
 )
 from dse.cost.network import (
     allgather_time,
@@ -736,6 +738,10 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     act_layer = pick(full, 2.0 * resid, kept + (1.0 - sel_mem) * scores)  # memory.activation_bytes_per_layer
     # The layer being back-propagated rebuilds what recomputation dropped: its s×s attention tensors
     # (selective), or all its activations on top of its stored input (full).
+    if any_peft:  # the adapters' input copies in their dtype (memory.adapter_input_bytes)
+        kept = kept + peft * adapter_input_bytes(T, h, rec["o_width"], ffn_tok, n_mlp, x["lora_targets"], t,
+                                                 4.0 * (tw - 1.0))
+        act_layer = pick(full, 2.0 * resid, kept + (1.0 - sel_mem) * scores)
     act_transient = sel_mem * scores + full * (kept + scores - 2.0 * resid)
     logits = logits_bytes(T, V, t)
     # per rank: the chunk·micro-batches in flight times its layers; first, second (the fullest middle rank) and
@@ -764,6 +770,11 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     # the peak of the step is that of the forward/backward (activations held) or of the optimizer step (the
     # activations freed, the step's temporaries allocated), whichever is larger
     step_temp = (1.0 - off_opt) * adam16 * tw * OPTIMIZER_TEMP_BYTES[1] * opt_params
+    # DeepSpeed's ZeRO optimizer (the stacks' DeepSpeed knobs: dp_reduce = reduce_per_rank, zero3_fetch = on_demand)
+    # casts the partition's gradients to fp32 for the step (memory.zero_step_grad_bytes)
+    ds_zero = (((x["dp_reduce"] >= 1) | (x["zero3_fetch"] == 1)) & (x["optimizer"] == codes.OPTIMIZER_MIXED)
+               & (zero >= 1)).astype(f64)
+    step_temp = step_temp + (1.0 - off_opt) * ds_zero * zero_step_grad_bytes(opt_params, 2.0 * tw)
     total = weights + grads + optim + buffers + np.maximum(act, step_temp)
     out.update({
         "mem_weights_bytes": weights, "mem_grads_bytes": grads, "mem_optimizer_bytes": optim,
