@@ -54,7 +54,9 @@ EXPLAIN_OPTIONS: dict[str, str] = {
     "think_time_s": "seconds (serve: a closed loop's think time between requests; empty: 0)",
     "arrival": "poisson|closed|burst (serve; empty: poisson with a request rate, closed with concurrency)",
     "etp": "int (expert tensor parallel; default tp)",
-    "spec_tokens": "int (serve: MTP draft tokens per decode step)",
+    "spec_tokens": "int (serve: draft tokens per decode step)",
+    "spec_acceptance": "number in (0, 1] (serve: the drafter's acceptance rate; empty: 0.85 with mtp)",
+    "spec_method": "mtp|eagle (serve: the drafter; empty: mtp, the model's MTP modules)",
     **{k: "gqa|mha|mla" if k == "attention_kind" else "int (README: Model architecture columns)"
        for k in ARCHITECTURE_COLUMNS},
 }

@@ -85,6 +85,13 @@ DECODE_KV_READS: tuple[str, ...] = ("per_kv_head", "per_query_head")
 #: ``concurrency`` requests all sent at t = 0 (``--request-rate inf``, MLPerf Offline, trtllm-bench).
 ARRIVAL: tuple[str, ...] = ("poisson", "closed", "burst")
 ARRIVAL_POISSON, ARRIVAL_CLOSED, ARRIVAL_BURST = 0, 1, 2
+#: The drafter of speculative decoding: the model's own multi-token-prediction modules (``mtp``: DeepSeek-V3 §2.2
+#: and §5.4.3; the model needs ``mtp`` modules), or an EAGLE head (``eagle``: Li et al. 2024, arXiv 2401.15077, and
+#: EAGLE-3, arXiv 2503.01840: one decoder layer fed the target's hidden features through a fusion projection,
+#: sharing the target's embedding and LM head; a separate checkpoint, so any target model can have one; vLLM
+#: ``speculative_config.method = eagle/eagle3``, TensorRT-LLM ``Eagle3DecodingConfig``).
+SPEC_METHOD: tuple[str, ...] = ("mtp", "eagle")
+SPEC_METHOD_EAGLE = 1
 #: What each arrival needs, as the errors of tables (dse.frame) and specs (dse.spec) say it.
 ARRIVAL_RULE = "poisson with request_rate, closed or burst with concurrency"
 

@@ -293,6 +293,7 @@ SERVE_PART_LABELS = {
     "iter_tp_comm_ms": "TP all-reduces", "iter_overhead_ms": "per-layer + per-request host overhead",
     "iter_logits_ms": "logits",
     "iter_pp_comm_ms": "pipeline send/recv",
+    "iter_draft_ms": "speculative drafter (MTP or EAGLE)",
 }
 LIMIT_TEXT = {
     "batch": "the engine's maximum of concurrent requests (batch)",

@@ -563,10 +563,10 @@ def _at_least_one(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
                   "load over the mean), or empty for 1")
 
 
-def _fraction(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
-    """Numbers in (0, 1) (NaN where empty)."""
-    return _reals(frame, col, source, lambda v: (v > 0) & (v < 1),
-                  "a number between 0 and 1 (exclusive), or empty for the default")
+def _probability(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
+    """Numbers in (0, 1] (NaN where empty), as the sweep axis takes them (spec.FLOAT_AXIS_MAX)."""
+    return _reals(frame, col, source, lambda v: (v > 0) & (v <= 1),
+                  "a number in (0, 1], or empty for the default")
 
 
 def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -606,7 +606,10 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
                     else np.full(n, np.nan))
     _check_arrival(frame, x, source)
     x["spec_tokens"] = np.nan_to_num(_integers(frame, "spec_tokens", source), nan=0.0)  # MTP drafts per step
-    x["spec_acceptance"] = _fraction(frame, "spec_acceptance", source)
+    x["spec_acceptance"] = _probability(frame, "spec_acceptance", source)
+    x["spec_method"] = (_named_codes(frame, "spec_method", codes.SPEC_METHOD, source) if "spec_method" in frame.columns
+                        else np.full(n, np.nan))
+    _check_spec_method(frame, x, source)
     ep = _integers(frame, "ep", source)  # wide expert parallelism (empty or 1: experts split by tp)
     x["ep"] = np.where(np.isnan(ep), 1.0, ep)
     x["prefill_gpus"] = _integers(frame, "prefill_gpus", source)
@@ -619,6 +622,16 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
         stack_code = pd.Index(stack_names()).get_indexer(pd.Index(names.to_numpy(dtype=object)))
     fill_serving_settings(x, stack_code)
     return x, systems
+
+
+def _check_spec_method(frame: pd.DataFrame, x: dict[str, np.ndarray], source: str) -> None:
+    """An EAGLE drafter's acceptance rate is the row's to give: it depends on the head's training data and the
+    traffic (no default, unlike the MTP module's, constants.MTP_ACCEPTANCE)."""
+    bad = (x["spec_method"] == codes.SPEC_METHOD_EAGLE) & (x["spec_tokens"] > 0) & np.isnan(x["spec_acceptance"])
+    if bad.any():
+        pos = int(np.flatnonzero(bad)[0])
+        raise InputError(f"{_where(source, frame, pos)}, column 'spec_acceptance': value empty is not allowed with "
+                         "spec_method eagle; allowed: the EAGLE head's measured acceptance rate, a number in (0, 1]")
 
 
 def _check_arrival(frame: pd.DataFrame, x: dict[str, np.ndarray], source: str) -> None:

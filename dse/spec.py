@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from dse.codes import ARRIVAL, ARRIVAL_RULE, ATTENTION_KIND, DECODE_KV_READS, KV_PRECISION, PRECISION
+from dse.codes import ARRIVAL, ARRIVAL_RULE, ATTENTION_KIND, DECODE_KV_READS, KV_PRECISION, PRECISION, SPEC_METHOD
 from dse.cost.architecture import ARCHITECTURE_COLUMNS, ARCHITECTURE_MIN, architecture_errors
 from dse.cost.inference import INFER_METRICS
 from dse.cost.select import INT_DOMAIN_MAX
@@ -116,7 +116,7 @@ FLOAT_AXIS_MAX = {"spec_acceptance": 1.0}
 #: Real axes that also take 0 (a think time of 0 is the closed loop without one).
 FLOAT_AXIS_ZERO = ("think_time_s",)
 SERVE_CAT_AXES: dict[str, tuple[str, ...]] = {**INFER_CAT_AXES, "decode_kv_reads": DECODE_KV_READS,
-                                              "stack": stack_names(), "arrival": ARRIVAL}
+                                              "stack": stack_names(), "arrival": ARRIVAL, "spec_method": SPEC_METHOD}
 SERVE_GRID_KEYS = ("model", "system", *SERVE_INT_AXES, "request_rate", "think_time_s", "spec_acceptance",
                    *SERVE_CAT_AXES)
 SERVE_REQUIRED_GRID_KEYS = ("model", "system", "input_len", "output_len")
@@ -610,6 +610,12 @@ def _subgrid(path: str, key: str, raw: object, model_names: tuple[str, ...],
                         f"for it to split; allowed: prefill_gpus with it (disaggregated prefill), or neither")
     if task == "serve":
         _check_arrival(path, key, raw, resolved)
+        if "eagle" in resolved.get("spec_method", []) and "spec_acceptance" not in raw \
+                and any(v > 0 for v in resolved.get("spec_tokens", [])):
+            raise SpecError(f"{path}: {key}.spec_method: value 'eagle' is not allowed without "
+                            f"{key}.spec_acceptance; allowed: eagle with the head's measured acceptance rate "
+                            "(spec_acceptance in (0, 1]; it depends on the head and the traffic, so dse has no "
+                            "default), or mtp")
     for stack in resolved.get("stack", []):
         why = stack_task_mismatch(stack, task)
         if why:

@@ -42,11 +42,12 @@ INFER_INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "batch", "in
                        "precision", "kv_precision")
 SMALL_INT_COLUMNS = ("sp", "zero", "dp_overlap", "pp_overlap")
 CATEGORY_COLUMNS = {**CATEGORICAL, "kv_precision": codes.KV_PRECISION, "stack": stack_names(),
-                    "decode_kv_reads": codes.DECODE_KV_READS, "arrival": codes.ARRIVAL}
+                    "decode_kv_reads": codes.DECODE_KV_READS, "arrival": codes.ARRIVAL,
+                    "spec_method": codes.SPEC_METHOD}
 SERVE_INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "batch", "input_len", "output_len",
                        "max_num_tokens", "request_rate", "precision", "kv_precision", "decode_kv_reads",
                        "prefill_gpus", "prefill_tp", "concurrency", "think_time_s", "arrival", "ep", "spec_tokens",
-                       "spec_acceptance", "stack")
+                       "spec_acceptance", "spec_method", "stack")
 FLOAT_INPUT_COLUMNS = ("request_rate", "moe_imbalance", "think_time_s", "spec_acceptance")
 
 

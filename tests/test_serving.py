@@ -170,6 +170,8 @@ def test_serve_sweep_rows_equal_the_table_path():
     ({"decode_kv_reads": "sometimes"}, "decode_kv_reads"),
     ({"spec_acceptance": 1.5}, "spec_acceptance"),
     ({"spec_acceptance": 0}, "spec_acceptance"),
+    ({"spec_method": "medusa"}, "spec_method"),
+    ({"spec_method": "eagle", "spec_tokens": 2}, "spec_acceptance"),  # an EAGLE head's rate has no default
 ])
 def test_malformed_serve_specs_exit_2(tmp_path, capsys, grid, fragment):
     import yaml
@@ -746,3 +748,42 @@ def test_every_draft_accepted_gains_every_draft():
     np.testing.assert_allclose(gain[:3], [2.0, 0.75, 0.0])
     alpha = 0.85  # constants.MTP_ACCEPTANCE for an empty cell
     assert gain[3] == pytest.approx(alpha + alpha**2 + alpha**3)
+
+
+# ---- speculative decoding with an EAGLE head (issue 22, item 6) -------------------------------------------------
+
+def _eagle_rows(**extra):
+    base = {"task": "serve", "model": "llama3.3-70b", "system": "h100-sxm-80gb", "gpus": 2, "tp": 2,
+            "precision": "fp8", "input_len": 1000, "output_len": 256, "concurrency": 1}
+    return evaluate_serve(pd.DataFrame([{**base, **extra}]))
+
+
+def test_an_eagle_head_drafts_for_a_model_without_mtp_modules():
+    """Llama 3.3 70B has no MTP module: drafting with it is a row with a reason; with an EAGLE head it is served."""
+    mtp = _eagle_rows(spec_tokens=2)
+    assert mtp["infeasible_reason"].iloc[0] == "spec_tokens needs mtp modules"
+    eagle = _eagle_rows(spec_tokens=2, spec_method="eagle", spec_acceptance=0.7)
+    assert bool(eagle["fits"].iloc[0]) and eagle["iter_draft_ms"].iloc[0] > 0
+
+
+def test_eagle_at_full_acceptance_yields_two_tokens_per_step():
+    """One draft accepted every step: each step (the target's verify pass plus one drafter pass) yields 2 tokens,
+    so TPOT is half the iteration at one client."""
+    out = _eagle_rows(spec_tokens=1, spec_method="eagle", spec_acceptance=1.0).iloc[0]
+    assert out["tpot_s"] * 1e3 == pytest.approx(out["iteration_ms"] / 2.0, rel=1e-6)
+
+
+def test_eagle_head_weights_are_one_dense_layer_and_its_fusion_projection():
+    """The head's weights, worked by hand from Llama 3.3 70B's shapes (h 8192, 64 query and 8 KV heads of 128, SwiGLU
+    FFN 28672): attention h(h + 2·8·128) + h·h, MLP 3·h·28672, fusion 2h·h = 989.9 M parameters, at 1 byte (fp8),
+    split over tp 2."""
+    h = 8192
+    params = h * (h + 2 * 8 * 128) + h * h + 3 * h * 28672 + 2 * h * h
+    plain = _eagle_rows().iloc[0]
+    eagle = _eagle_rows(spec_tokens=2, spec_method="eagle", spec_acceptance=0.7).iloc[0]
+    assert eagle["weights_bytes"] - plain["weights_bytes"] == pytest.approx(params / 2, rel=1e-6)
+
+
+def test_eagle_without_an_acceptance_rate_is_refused():
+    with pytest.raises(InputError, match="spec_acceptance.*spec_method eagle.*allowed"):
+        _eagle_rows(spec_tokens=2, spec_method="eagle")

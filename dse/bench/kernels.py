@@ -525,6 +525,11 @@ def random_serve_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], 
     kind = rng.random(n)
     x["think_time_s"] = np.where(closed & (kind < 1.0 / 3.0), rng.uniform(1.0, 10.0, n), np.nan)
     x["arrival"] = np.where(closed & (kind >= 2.0 / 3.0), float(codes.ARRIVAL_BURST), np.nan)
+    # an EAGLE head drafting 2 tokens at acceptance 0.7 on a quarter of the models without MTP modules (drawn last)
+    eagle = ~(x["mtp"] > 0) & (rng.random(n) < 0.25)
+    x["spec_method"] = np.where(eagle, float(codes.SPEC_METHOD_EAGLE), np.nan)
+    x["spec_tokens"] = np.where(eagle, 2.0, x["spec_tokens"])
+    x["spec_acceptance"] = np.where(eagle, 0.7, x["spec_acceptance"])
     assert set(x) == set(SERVE_INPUTS)
     return x, systems
 

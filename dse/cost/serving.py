@@ -64,6 +64,7 @@ from dse.cost.architecture import (
     infer_layer_params,
     layer_record,
     model_input,
+    mtp_params,
 )
 from dse.cost.compute import gemm_flops
 from dse.cost.inference import (
@@ -85,7 +86,7 @@ Array = Any
 SERVE_INPUTS: tuple[str, ...] = (*INFER_INPUTS, "max_num_tokens", "request_rate", "kv_memory_fraction",
                                  "kv_block_tokens", "decode_kv_reads", "prefill_gpus", "prefill_tp", "concurrency",
                                  "cuda_graphs", "kv_reservation", "kv_memory_basis", "ep", "spec_tokens",
-                                 "spec_acceptance", "think_time_s", "arrival", "request_overhead_s",
+                                 "spec_acceptance", "spec_method", "think_time_s", "arrival", "request_overhead_s",
                                  "host_overlap")
 #: Latency percentiles reported (per cent); ``ttft_s`` and ``tpot_s`` are the means.
 PERCENTILES: tuple[int, ...] = (50, 90, 99)
@@ -98,12 +99,12 @@ SERVE_METRICS: tuple[str, ...] = (
     "iteration_tokens",
     "kv_capacity_requests", "weights_bytes", "kv_cache_bytes", "mem_total_bytes", "energy_per_output_token_j",
     "iter_gemm_ms", "iter_prefill_attention_ms", "iter_decode_attention_ms", "iter_elementwise_ms", "iter_tp_comm_ms",
-    "iter_overhead_ms", "iter_logits_ms", "iter_pp_comm_ms", "kv_transfer_s",
+    "iter_overhead_ms", "iter_logits_ms", "iter_pp_comm_ms", "iter_draft_ms", "kv_transfer_s",
 )
 #: The parts of ``iteration_ms`` (one stage's iteration; they sum to it).
 ITERATION_PARTS: tuple[str, ...] = ("iter_gemm_ms", "iter_prefill_attention_ms", "iter_decode_attention_ms",
                                     "iter_elementwise_ms", "iter_tp_comm_ms", "iter_overhead_ms", "iter_logits_ms",
-                                    "iter_pp_comm_ms")
+                                    "iter_pp_comm_ms", "iter_draft_ms")
 #: What binds the steady state (column ``limit``).
 LIMITS: tuple[str, ...] = ("batch", "kv_memory", "tokens", "compute", "bandwidth", "prefill_pool", "kv_transfer",
                             "clients")
@@ -153,7 +154,8 @@ def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object],
                           codes.REASON_CODE["experts % ep != 0"], reason)
         reason = np.where((reason == 0) & (ep > 1) & (np.fmod(x["tp"] * x["dp"], ep) != 0),
                           codes.REASON_CODE["(tp*dp) % ep != 0"], reason)
-        reason = np.where((reason == 0) & (np.nan_to_num(x["spec_tokens"]) > 0) & ~(x["mtp"] > 0),
+        reason = np.where((reason == 0) & (np.nan_to_num(x["spec_tokens"]) > 0) & ~(x["mtp"] > 0)
+                          & ~(x["spec_method"] == codes.SPEC_METHOD_EAGLE),
                           codes.REASON_CODE["spec_tokens needs mtp modules"], reason)
         ok = reason == 0
         # only the rows that divide are served: aggregated and disaggregated ones gathered apart, scattered back
@@ -274,11 +276,14 @@ def _iteration(c: dict[str, Array], X: Array, parts: dict[str, Array] | None = N
     p2p = c["p2p_token"] * M + c["p2p_pass"]
     host = c["request_overhead"] * (D + X)  # the engine's host work for each request the iteration carries
     t_stage = c["layers_per_stage"] * layer + logits + p2p
-    if c["any_spec"]:  # the MTP module drafts n tokens per decode step: a layer, its projection and the head each
+    draft = 0.0 * t_stage
+    if c["any_spec"]:  # the drafter (MTP module or EAGLE head) drafts n tokens per decode step: a layer, its
+        # projection and the shared head each (drafter_size)
         per_token = c["gemm_token"] + c["elementwise"] + c["tp_token"] + c["ep_token"] + c["decode_attention"] \
             + c["logits_row"]
         per_pass = c["gemm_weights"] + c["overhead"] + c["tp_pass"] + c["ep_pass"]
-        t_stage = t_stage + c["spec_n"] * (D * per_token + per_pass)
+        draft = c["spec_n"] * (D * per_token + per_pass)
+        t_stage = t_stage + draft
     host = exposed_host_time(host, t_stage, c["host_overlap"])
     t_stage = t_stage + host
     if parts is not None:
@@ -286,7 +291,7 @@ def _iteration(c: dict[str, Array], X: Array, parts: dict[str, Array] | None = N
         parts.update({"iter_gemm_ms": n * gemm, "iter_prefill_attention_ms": n * attn_pre,
                       "iter_decode_attention_ms": n * attn_dec, "iter_elementwise_ms": n * ew,
                       "iter_tp_comm_ms": n * tp, "iter_overhead_ms": n * c["overhead"] + host * 1e3,
-                      "iter_logits_ms": logits * 1e3, "iter_pp_comm_ms": p2p * 1e3})
+                      "iter_logits_ms": logits * 1e3, "iter_pp_comm_ms": p2p * 1e3, "iter_draft_ms": draft * 1e3})
     return t_stage, c["compute_token"] * M, c["traffic_pass"] + c["kv_read_token"] * D
 
 
@@ -318,12 +323,13 @@ def request_overhead_time(x: dict[str, Array]) -> Array:
 
 
 def speculative_terms(x: dict[str, Array]) -> tuple[Array, Array]:
-    """(draft tokens per decode step, tokens a step adds beyond the first) of speculative decoding with the
-    model's multi-token-prediction module as the drafter (DeepSeek-V3 §5.4.3; TensorRT-LLM and SGLang's MTP):
-    n = ``spec_tokens`` drafts per step, the module run n times; the target model verifies 1 + n tokens in one
-    pass and keeps the i-th draft when it and every earlier one are accepted, so a step yields 1 + Σ_i α^i tokens
-    on average (α = ``spec_acceptance``, empty: constants.MTP_ACCEPTANCE, DeepSeek-V3's 85-90 % for the second
-    token).  n = 0: no speculation (gain 0)."""
+    """(draft tokens per decode step, tokens a step adds beyond the first) of speculative decoding, with the
+    model's multi-token-prediction module as the drafter (``spec_method`` mtp, DeepSeek-V3 §5.4.3; TensorRT-LLM
+    and SGLang's MTP) or an EAGLE head (eagle, Li et al. 2024; chain drafting, no tree): n = ``spec_tokens``
+    drafts per step, the drafter run n times; the target model verifies 1 + n tokens in one pass and keeps the
+    i-th draft when it and every earlier one are accepted, so a step yields 1 + Σ_i α^i tokens on average
+    (α = ``spec_acceptance``; empty, MTP only: constants.MTP_ACCEPTANCE, DeepSeek-V3's 85-90 % for the second
+    token; an EAGLE row must give it, dse.frame).  n = 0: no speculation (gain 0)."""
     n = np.nan_to_num(x["spec_tokens"], nan=0.0)
     alpha = np.where(np.isnan(x["spec_acceptance"]), K.MTP_ACCEPTANCE, x["spec_acceptance"])
     # Σ_{i=1..n} α^i = α(1 − α^n)/(1 − α) for α < 1, and n at α = 1 (every draft accepted)
@@ -563,6 +569,20 @@ def kv_link(x: dict[str, Array]) -> tuple[Array, Array]:
     return same, pick(same, x["scaleup_ring_bw"], x["scaleout_bw"])
 
 
+def drafter_size(x: dict[str, Array], rec: dict[str, Array]) -> tuple[Array, Array]:
+    """(parameters, KV-caching layers) of the speculative drafter, held on the last pipeline stage beside the
+    output head it shares with the model (0 without ``spec_tokens``): the model's MTP modules
+    (:func:`dse.cost.architecture.mtp_params`, one block and a 2h → h projection each, DeepSeek-V3 §2.2), or an
+    EAGLE head, one dense decoder layer of the model's width and its fusion projection (EAGLE, Li et al. 2024,
+    §3; ASSUMPTION: the 2h → h projection of EAGLE-1 and the model's first dense FFN width; EAGLE-3 fuses three
+    layers' features, 3h → h).  Each caches K and V for its attention."""
+    on = mask(np.nan_to_num(x["spec_tokens"]) > 0, x["hidden"])
+    eagle = mask(x["spec_method"] == codes.SPEC_METHOD_EAGLE, x["hidden"])
+    mtp = mtp_params(rec, x["hidden"], x["experts"], x["mtp"])
+    head = mtp_params(rec, x["hidden"], 0.0 * x["experts"] + 1.0, 1.0 + 0.0 * x["mtp"])
+    return on * pick(eagle, head, mtp), on * pick(eagle, 1.0, x["mtp"])
+
+
 def _kv_capacity(x: dict[str, Array], budget: Array) -> dict[str, Array]:
     """Per GPU of a replica: weights, activations of one iteration, the KV budget and how many requests' KV
     (at the mean context, paged) fit."""
@@ -579,7 +599,8 @@ def _kv_capacity(x: dict[str, Array], budget: Array) -> dict[str, Array]:
     p_layer = infer_layer_params(rec, h, E, t, expert_split=np.where(x["ep"] > 1, x["ep"], t))
     untied = mask(x["tied_embeddings"] <= 0, p)
     single = mask(p <= 1, p)
-    weights = L / p * p_layer * wb + V * h / t * 2.0 * (1.0 + single * untied)
+    draft_params, draft_layers = drafter_size(x, rec)
+    weights = L / p * p_layer * wb + V * h / t * 2.0 * (1.0 + single * untied) + draft_params / t * wb
     n_fc1 = (rec["n_mlp"] - 1.0) * (rec["ffn_dense"] + rec["moe_frac"] * (1.0 + moe * (x["top_k"] - 1.0))
                                     * rec["ffn_moe"]) / t
     act_tokens = np.minimum(budget, s_in + s_out)
@@ -597,7 +618,7 @@ def _kv_capacity(x: dict[str, Array], budget: Array) -> dict[str, Array]:
     held = s_in + s_out * pick(mask(x["kv_reservation"] > 0, s_in), 1.0, 0.5)
     pages = np.ceil(held / block) * block
     # K and V per request token per GPU; a windowed layer holds at most its window of them
-    kv_token = L / p * cached_values(x, rec) * kv_b * held_tokens(pages, rec) / pages
+    kv_token = (L / p + draft_layers) * cached_values(x, rec) * kv_b * held_tokens(pages, rec) / pages
     capacity = np.floor(np.maximum(kv_budget, 0.0) / (kv_token * pages))
     return {"weights": weights, "activations": activations, "kv_budget": kv_budget, "pages": pages,
             "kv_token": kv_token, "capacity": capacity}

@@ -51,7 +51,7 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
 RECORDED_COLUMNS: tuple[str, ...] = ("compile", "async_tp", "pp_schedule", "ac_option")
 OPTIONAL_COLUMNS: tuple[str, ...] = ("finetune", "lora_rank", "kv_precision", "max_num_tokens", "request_rate",
                                      "stack", "concurrency", "think_time_s", "arrival", "attention", "offload",
-                                     *ARCHITECTURE_COLUMNS, "etp", "spec_tokens", "spec_acceptance",
+                                     *ARCHITECTURE_COLUMNS, "etp", "spec_tokens", "spec_acceptance", "spec_method",
                                      *RECORDED_COLUMNS)
 #: Internal columns :func:`read_cases` adds: the stack a row named when it was predicted with the nearest documented
 #: one, and why a row is skipped before it is predicted (a stack of no known project).
