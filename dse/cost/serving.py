@@ -234,7 +234,7 @@ def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array) ->
         "moe": moe, "any_moe": bool(moe.any()), "experts": x["experts"], "top_k": x["top_k"],
         "ep_scale": ep_scale, "ep_share": ep_share, "ep_group": ep_group, "ep_token": ep_token, "ep_pass": ep_pass,
         "prefill_attention": 4.0 * s_in * causal_keys(s_in, rec["window"], rec["full_frac"], K.CAUSAL_FRACTION,
-                                                      rec["chunk"]) * rec["core"] / t / x["attention_rate"],
+                                                      rec["chunk"]) * rec["core"] / t / x["infer_attention_rate"],
         "decode_attention": decode_attention,
         "elementwise": (K.RESIDUAL_FWD_BYTES * h + act_bytes * ffn_tok / t + cached_values(x, rec) * kv_b) / mem,
         # two all-reduces of 2·h bytes per token (network.allreduce_terms): bytes per token, α per pass

@@ -37,6 +37,7 @@ HARDWARE_COLUMNS: tuple[str, ...] = (
     "infer_matmul_fp16_rate",
     "infer_matmul_fp8_rate",
     "infer_matmul_fp4_rate",
+    "infer_attention_rate",
     "layer_overhead_s",
     "layer_overhead_graphs_s",
     "host_bw",
@@ -60,6 +61,7 @@ EFFICIENCY_COLUMNS: tuple[str, ...] = (
     "infer_matmul_eff_fp16",
     "infer_matmul_eff_fp8",
     "infer_matmul_eff_fp4",
+    "infer_attention_eff",
     "scaleup_latency_us",
     "scaleout_latency_us",
     "layer_overhead_us",
@@ -69,7 +71,7 @@ EFFICIENCY_COLUMNS: tuple[str, ...] = (
 )
 #: Dimensionless fractions among the efficiency constants (then latencies in microseconds, then the decode
 #: attention kernels' element rates per SM and clock).
-FRACTION_COLUMNS = EFFICIENCY_COLUMNS[:12]
+FRACTION_COLUMNS = EFFICIENCY_COLUMNS[:13]
 #: Element rates of TensorRT-LLM's decode attention kernels per SM per clock (see :func:`achieved`).
 PER_CLOCK_COLUMNS = ("mmha_elements_per_clk", "xqa_elements_per_clk")
 
@@ -223,6 +225,8 @@ def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         # inference engines (TensorRT-LLM kernels) reach other GEMM efficiencies than training frameworks
         "infer_matmul_fp16_rate": z(raw["tensor_fp16_flops"] * raw["infer_matmul_eff_fp16"]),
         "infer_matmul_fp8_rate": z(raw["tensor_fp8_flops"] * raw["infer_matmul_eff_fp8"]),
+        # and their own context (prompt) attention kernels: TensorRT-LLM's fused multi-head attention
+        "infer_attention_rate": z(raw["tensor_fp16_flops"] * raw["infer_attention_eff"]),
         "infer_matmul_fp4_rate": z(raw["tensor_fp4_flops"] * raw["infer_matmul_eff_fp4"]),
         "layer_overhead_s": z(raw["layer_overhead_s"]),
         # the same decode pass captured in a CUDA graph (an engine's cuda_graphs): no per-kernel launches
