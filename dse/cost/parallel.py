@@ -104,3 +104,26 @@ def pp_activation_bytes(micro_batch: Array, seq_len: Array, cp: Array, hidden: A
     Narayanan 2021 §4.1 scatter/gather: each of the t ranks sends 1/t of the bsh tensor over its own NIC
     (with sequence parallelism the tensor is already sharded)."""
     return micro_batch * seq_len / cp * hidden * ACTIVATION_BYTES / tp
+
+
+def tp_backward_exposed(grad_gather_s: Array, regather_s: Array, reduce_s: Array, dgrad_s: Array, wgrad_s: Array,
+                        overlap: Array) -> Array:
+    """Exposed tensor-parallel communication of one layer's backward (``overlap`` a 0/1 mask: Megatron's
+    asynchronous linear backward, ``tp_overlap = backward``):
+
+        t = t_gather + max(t_regather − t_dgrad, 0) + max(t_reduce − t_wgrad, 0)   (overlap)
+        t = t_gather + t_regather + t_reduce                                       (none)
+
+    ``grad_gather_s`` the all-gathers of the row-parallel GEMMs' output gradients (sequence parallelism; waited for
+    before those GEMMs run), ``regather_s`` the re-gathers of the column-parallel GEMMs' sequence-sharded inputs for
+    their weight gradients (sp), ``reduce_s`` the reduction of their input gradients (all-reduce, or reduce-scatter
+    with sp), ``dgrad_s`` and ``wgrad_s`` the layer's input- and weight-gradient GEMMs.  NVIDIA/Megatron-LM
+    ``megatron/mpu/layers.py`` ``LinearWithGradAccumulationAndAsyncCommunication.backward`` @739cb43dae (May 2022,
+    the sequence-parallel release of Korthikanti et al. 2022), unchanged in ``megatron/core/tensor_parallel/
+    layers.py`` @d98e8a64dd: with sp the input all-gather is issued ``async_op=True`` before ``grad_output.matmul(
+    weight)`` (the dgrad) and waited for after it, then the reduce-scatter of the input gradient is issued
+    ``async_op=True`` before the weight-gradient GEMM and waited for after it; without sp the input-gradient
+    all-reduce is issued ``async_op=True`` before the weight-gradient GEMM (``--async-tensor-model-parallel-allreduce``,
+    on by default since 2022-02)."""
+    hidden = overlap * (np.minimum(regather_s, dgrad_s) + np.minimum(reduce_s, wgrad_s))
+    return grad_gather_s + regather_s + reduce_s - hidden

@@ -86,6 +86,7 @@ from dse.cost.parallel import (
     ep_dispatch_bytes,
     pp_activation_bytes,
     tp_activation_bytes,
+    tp_backward_exposed,
 )
 from dse.cost.pipeline import (
     inflight_chunk_microbatches,
@@ -295,10 +296,10 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     is_fp4 = (x["precision"] == codes.PRECISION_FP4).astype(f64)
     sp = ((x["sp"] > 0) & (t > 1)).astype(f64)
     # Transformer Engine's userbuffers overlap needs sequence parallelism; without it, only the backward
-    # (Megatron's asynchronous input-gradient reduction) can overlap.
+    # (Megatron's asynchronous input-gradient reduction and sp input re-gather, tp_backward_exposed) can overlap.
     tp_full = ((x["tp_overlap"] == codes.TP_OVERLAP_FULL) & (sp > 0)).astype(f64)
-    tp_bwd = ((x["tp_overlap"] == codes.TP_OVERLAP_BACKWARD)
-              | ((x["tp_overlap"] == codes.TP_OVERLAP_FULL) & (sp == 0))).astype(f64)
+    tp_async = ((x["tp_overlap"] == codes.TP_OVERLAP_BACKWARD)
+                | ((x["tp_overlap"] == codes.TP_OVERLAP_FULL) & (sp == 0))).astype(f64)
     dp_overlap = (x["dp_overlap"] > 0).astype(f64)
     pp_overlap = (x["pp_overlap"] > 0).astype(f64)
     moe = (E > 1).astype(f64)
@@ -464,12 +465,12 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     rs = ag  # same volume and links as the all-gather
     tp_fwd_comm = pick(sp, 2.0 * (ag + rs), 2.0 * ar)
     dgrad_reduce = pick(sp, 2.0 * rs, 2.0 * ar)  # input-gradient reduction of the column-parallel GEMMs
-    bwd_gather = sp * 4.0 * ag  # sp: gathers of output gradients + re-gather of inputs for the wgrad
+    grad_gather = sp * 2.0 * ag  # sp: gathers of the row-parallel GEMMs' output gradients
+    regather = sp * 2.0 * ag  # sp: re-gather of the column-parallel GEMMs' inputs for their wgrad
     tp_fwd = tp_fwd_comm - tp_full * np.minimum(tp_fwd_comm, gemm_fwd)
-    tp_bwd_none = dgrad_reduce + bwd_gather
-    tp_bwd = (tp_bwd_none
-              - tp_full * np.minimum(tp_bwd_none, gemm_bwd)
-              - tp_bwd * np.minimum(dgrad_reduce, wgrad))
+    tp_bwd_none = dgrad_reduce + grad_gather + regather
+    tp_bwd = pick(tp_full, tp_bwd_none - np.minimum(tp_bwd_none, gemm_bwd),
+                  tp_backward_exposed(grad_gather, regather, dgrad_reduce, gemm_bwd - wgrad, wgrad, tp_async))
 
     # ---- context parallel: ring exchange of K,V hidden under attention ----------------------------------
     cp_cross = spans_domains(t, c, D)
