@@ -676,8 +676,10 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     dp_exposed = serial_dp + hidden_dp
     host_state = 0.0 * t_opt_gpu
     if any_offload:
-        d2h = off_opt * offload_gradient_bytes(opt_params) / host
-        h2d = off_opt * offload_parameter_bytes(opt_params) / host
+        d2h = off_opt * offload_gradient_bytes(opt_params, (zero >= 3).astype(f64)) / host
+        # with the weights on the host too (ZeRO-3 offload_param) the step writes the 16-bit partition into its
+        # pinned host buffer (stage3.py param_groups_fp16_flat_cpu_memory): no copy to the GPU in the step
+        h2d = off_opt * (1.0 - off_all) * offload_parameter_bytes(opt_params) / host
         cpu_adam = off_opt * cpu_adam_time(opt_params, hw["cpu_adam_rate"])
         # offload all: each micro-batch's forward and backward read the weights from the host (ZeRO-3: the rank's
         # own partition, then the all-gather above; without ZeRO-3 the whole stage's weights)

@@ -100,7 +100,7 @@ CPU_ADAM_BYTES_PER_PARAM = 30.0
 #: bandwidth of each of the node's GPUs is then at most this fraction of the host DRAM bandwidth over 2 x the
 #: node's GPUs (see :func:`staged_bus_bandwidth`).  FITTED on shared/reference (zhang2023_train_bs1_lora7b.csv,
 #: the RTX 3090 and RTX 4090 servers) by python -m dse.validation.fit.
-HOST_STAGED_EFFICIENCY = 0.0676
+HOST_STAGED_EFFICIENCY = 0.0683
 
 
 class CatalogError(ValueError):
