@@ -53,6 +53,49 @@ def test_cpu_adam_runs_on_each_ranks_share_of_the_host():
     assert row["time_offload_s"] >= partition / hw("a800-sxm-80gb")["cpu_adam_rate"]
 
 
+def test_offload_copies_are_deepspeeds_pageable_copies():
+    """DeepSpeed 0.9-0.12 offload copies through pageable host memory, each copy of a partition 4.5x the pinned
+    fp32 copy (PR 5301); ZeRO-1/2 copy the gradients once and the weights back once, ZeRO-3 copies the gradients
+    three times (stage3.py partition_grads) and, with the weights on the host, writes them there in the step."""
+    from dse.cost import host
+
+    p = 1e9
+    assert host.offload_gradient_bytes(p, 0.0) == pytest.approx(4.5 * 4.0 * p)
+    assert host.offload_gradient_bytes(p, 1.0) == pytest.approx(3 * 4.5 * 4.0 * p)
+    assert host.offload_parameter_bytes(p) == pytest.approx(4.5 * 4.0 * p)
+    # A800 (host path = its link share): ZeRO-2 offload = CPU Adam + the two copies, nothing hidden at batch 1
+    row = train(system="a800-sxm-80gb", zero=2, offload="optimizer", stack="deepspeed-2023")
+    a800 = hw("a800-sxm-80gb")
+    partition = row["params_total"] / 8
+    expect = partition / a800["cpu_adam_rate"] + 2 * 4.5 * 4.0 * partition / a800["host_bw"]
+    assert row["time_offload_s"] == pytest.approx(expect, rel=0.05)
+
+
+def test_offload_copies_without_peer_to_peer_take_the_staged_host_path():
+    """On the GeForce servers (no GPU peer-to-peer) an offload copy crosses the host path the staged collectives
+    measure once: at most HOST_STAGED_EFFICIENCY x DRAM / node GPUs, below their links; the A800 keeps its link."""
+    sysf = hwcat.systems()
+    for name in ("rtx4090", "rtx3090", "rtx3090-nvlink"):
+        staged = hwcat.HOST_STAGED_EFFICIENCY * sysf.loc[name, "host_mem_gbps"] * 1e9 / sysf.loc[name, "node_gpus"]
+        assert hw(name)["host_bw"] == pytest.approx(staged, rel=1e-6)
+        assert hw(name)["host_bw"] == pytest.approx(2 * hw(name)["scaleup_ring_bw"], rel=1e-6)
+    link = sysf.loc["a800-sxm-80gb", "host_gbps"] * 1e9 * hwcat.HOST_LINK_EFFICIENCY / 2
+    assert hw("a800-sxm-80gb")["host_bw"] == pytest.approx(link, rel=1e-6)
+
+
+def test_deepspeed_zero3_keeps_weights_reused_within_the_reuse_distance():
+    """stage3_max_reuse_distance (1e9): a Llama-2 7B layer (0.2e9 parameters) recomputed is not gathered again, so
+    full recomputation adds no gather; the forward's last 0.5e9 parameters are not gathered for the backward."""
+    from dse.cost.training import zero3_regathered_share, zero3_reused_share
+
+    assert zero3_regathered_share(2.0e8) == 0.0
+    assert zero3_regathered_share(1.8e9) == pytest.approx(1.0 - 1e9 / 3.6e9)
+    assert zero3_reused_share(6.74e9) == pytest.approx(0.5e9 / 6.74e9)
+    plain = train(system="a800-sxm-80gb", zero=3, stack="deepspeed-2023")
+    full = train(system="a800-sxm-80gb", zero=3, stack="deepspeed-2023", recompute="full")
+    assert full["time_dp_comm_s"] == pytest.approx(plain["time_dp_comm_s"], rel=1e-6)
+
+
 def test_offload_beyond_the_host_memory_is_a_reason_not_a_time():
     """13B with ZeRO-3 offload on the 128 GB RTX 3090 host: 16 bytes per offloaded parameter plus the 16-bit
     weights (about 234 GB for the node) do not fit; 7B (about 121 GB) does.  The row keeps its GPU memory."""

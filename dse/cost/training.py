@@ -250,6 +250,24 @@ def zero3_gathered_bytes(p_layer: Array, p_stage: Array, weight_stage_bytes: Arr
     return per_param * held
 
 
+def zero3_reused_share(p_stage: Array) -> Array:
+    """Share of a stage's weights DeepSpeed ZeRO-3 does not gather again for the backward: after the step's first
+    trace, ``release_sub_module`` keeps a parameter whose next use lies within ``stage3_max_reuse_distance``
+    parameters of module traversal (microsoft/DeepSpeed deepspeed/runtime/zero/partitioned_param_coordinator.py
+    ``__params_to_release``, v0.9-0.12; default 1e9, :data:`dse.cost.constants.DEEPSPEED_MAX_REUSE_DISTANCE`).  A
+    submodule run with P parameters after it in the forward is reused after 2·P (the rest of the forward, then the
+    backward back to it): the forward's last R/2 parameters stay gathered."""
+    return np.minimum(0.5 * K.DEEPSPEED_MAX_REUSE_DISTANCE / np.maximum(p_stage, 1.0), 1.0)
+
+
+def zero3_regathered_share(p_layer: Array) -> Array:
+    """Share of a layer's weights DeepSpeed ZeRO-3 gathers a third time under full recomputation: the recomputed
+    forward of a submodule with P parameters after it in its layer is followed by the layer's backward, reaching
+    it after 2·P; parameters farther than ``stage3_max_reuse_distance`` (R) are released and gathered again, a
+    share 1 - R/(2·layer) of the layer (none while the layer holds under R/2 parameters: Llama-2 7B/13B)."""
+    return np.clip(1.0 - K.DEEPSPEED_MAX_REUSE_DISTANCE / (2.0 * np.maximum(p_layer, 1.0)), 0.0, 1.0)
+
+
 def gather_once_bytes(stage_params: Array, dp_shards: Array, reduce_bytes: Array = 4.0) -> tuple[Array, Array]:
     """FSDP2 under pipeline parallelism (``zero_with_pp = gather_once``): the extra weight and gradient bytes per GPU.
 
@@ -622,10 +640,12 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     # all-gather hides under the first forward, the gradient reduction under the last backward (ZeRO-3:
     # its gathers under every micro-batch).  Without dp_overlap the data-parallel transfers are serial.
     z12 = z1 * (1.0 - z3)  # ZeRO-1/2, and gather_once: parameters gathered under the first forward
-    # ZeRO-3: forward and backward of one micro-batch; fetched on demand, the weights are freed after each
-    # submodule runs, so full recomputation's second forward gathers them a third time (DeepSpeed
-    # partitioned_param_coordinator: release_sub_module after every submodule)
-    passes = 2.0 + (1.0 - prefetch) * full
+    # ZeRO-3: forward and backward of one micro-batch.  Fetched on demand (DeepSpeed), a gathered parameter is
+    # released after its submodule runs unless it is reused within stage3_max_reuse_distance parameters
+    # (zero3_reused_share): the forward's last R/2 parameters stay gathered into the backward, and full
+    # recomputation's second forward of a layer is followed at once by that layer's backward, which re-gathers
+    # only what lies farther than R from its recomputed use (none while a layer holds under R/2 parameters).
+    passes = 2.0 + (1.0 - prefetch) * (full * zero3_regathered_share(p_layer) - zero3_reused_share(p_stage))
     # each pass issues one ring collective per parameter tensor (on_demand) or per layer (prefetch), and the
     # backward as many gradient reduce-scatters: their start-up latency grows with the ranks (NCCL's model)
     per_layer = pick(prefetch, K.ZERO3_COLLECTIVES_PER_LAYER_PREFETCH, K.ZERO3_COLLECTIVES_PER_LAYER_ON_DEMAND)
@@ -657,8 +677,10 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     dp_exposed = serial_dp + hidden_dp
     host_state = 0.0 * t_opt_gpu
     if any_offload:
-        d2h = off_opt * offload_gradient_bytes(opt_params) / host
-        h2d = off_opt * offload_parameter_bytes(opt_params) / host
+        d2h = off_opt * offload_gradient_bytes(opt_params, (zero >= 3).astype(f64)) / host
+        # with the weights on the host too (ZeRO-3 offload_param) the step writes the 16-bit partition into its
+        # pinned host buffer (stage3.py param_groups_fp16_flat_cpu_memory): no copy to the GPU in the step
+        h2d = off_opt * (1.0 - off_all) * offload_parameter_bytes(opt_params) / host
         cpu_adam = off_opt * cpu_adam_time(opt_params, hw["cpu_adam_rate"])
         # offload all: each micro-batch's forward and backward read the weights from the host (ZeRO-3: the rank's
         # own partition, then the all-gather above; without ZeRO-3 the whole stage's weights)

@@ -100,9 +100,10 @@ CPU_ADAM_BYTES_PER_PARAM = 30.0
 #: every byte a GPU sends is written to and read from host DRAM, and "on PCI systems, the performance you get is
 #: usually determined by the bandwidth your CPU and memory can deliver" (NVIDIA, nccl issue 1639).  The bus
 #: bandwidth of each of the node's GPUs is then at most this fraction of the host DRAM bandwidth over 2 x the
-#: node's GPUs (see :func:`staged_bus_bandwidth`).  FITTED on shared/reference (zhang2023_train_bs1_lora7b.csv,
-#: the RTX 3090 and RTX 4090 servers) by python -m dse.validation.fit.
-HOST_STAGED_EFFICIENCY = 0.0755
+#: node's GPUs (see :func:`staged_bus_bandwidth`), and a GPU's offload copies at most this fraction over the node's
+#: GPUs (one crossing per byte: :func:`offload_link_rate`).  FITTED on shared/reference
+#: (zhang2023_train_bs1_lora7b.csv, the RTX 3090 and RTX 4090 servers) by python -m dse.validation.fit.
+HOST_STAGED_EFFICIENCY = 0.0764
 
 
 class CatalogError(ValueError):
@@ -255,9 +256,21 @@ def staged_bus_bandwidth(raw: dict[str, np.ndarray]) -> np.ndarray:
 def offload_link_rate(raw: dict[str, np.ndarray]) -> np.ndarray:
     """Bytes/s of one GPU's offload copies (ZeRO-Offload) while every GPU of the node copies at once: its link at
     HOST_LINK_EFFICIENCY, shared behind a PCIe switch by gpus_per_switch GPUs, and at most its share of the host
-    DRAM bandwidth (each copied byte is written or read once there)."""
+    DRAM bandwidth (each copied byte is written or read once there).
+
+    On a server without GPU peer-to-peer the staged collectives measure the path every byte between a GPU and the
+    host takes (:func:`staged_bus_bandwidth`: HOST_STAGED_EFFICIENCY of the DRAM bandwidth, each staged byte
+    crossing it twice); an offload copy crosses it once, so it runs at most at HOST_STAGED_EFFICIENCY x DRAM /
+    node_gpus, twice the staged bus bandwidth (with the fitted 0.0764: 2.7 GB/s on the RTX 4090 server, 2.0 on the
+    RTX 3090 one).  The paper's LoRA ZeRO-3 runs measure that path directly: putting the frozen 16-bit weights on
+    the host (3.4 GB each rank fetches per step) adds 1.4-1.9 s on the RTX 4090 server and 2.3-3.8 s on the RTX
+    3090 ones, 1.8-2.4 and 0.9-1.5 GB/s per GPU, where their links give 6.3 and 25.6 GB/s (0.5 s, 6.8 GB/s, on the
+    A800 server; tests/reference/zhang2023_train_bs1_lora7b.csv, t9-...-l-z3-o and -l-f-r-z3-o against the same
+    runs without offload; one RTX 3090 pair runs faster offloaded, the runs' noise).  Servers with peer-to-peer
+    stage nothing: dse has no measure of their host path besides the link and the DRAM."""
     link = raw["host_bw"] * HOST_LINK_EFFICIENCY / raw["gpus_per_switch"]
-    return np.minimum(link, raw["host_mem_bw"] / raw["node_gpus"])
+    staged = np.where(raw["p2p"] > 0, np.inf, HOST_STAGED_EFFICIENCY * raw["host_mem_bw"] / raw["node_gpus"])
+    return np.minimum(np.minimum(link, raw["host_mem_bw"] / raw["node_gpus"]), staged)
 
 
 def cpu_adam_rate(raw: dict[str, np.ndarray]) -> np.ndarray:
