@@ -170,7 +170,7 @@ def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object],
                 part = model(x)
                 out = {k: np.broadcast_to(part[k], (n,)) for k in out}
             elif rows.size:
-                part = model({k: v[rows] for k, v in x.items()})
+                part = model({k: np.take(v, rows) for k, v in x.items()})  # (take: faster than v[rows])
                 for k in out:
                     out[k][rows] = np.broadcast_to(part[k], rows.shape)
         fits = out.pop("fits")
@@ -189,7 +189,8 @@ def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object],
     return result
 
 
-def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array) -> dict[str, Array]:
+def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array,
+                     rec: dict[str, Array] | None = None) -> dict[str, Array]:
     """What one micro-batch iteration costs per unit of what it holds, computed once per configuration and
     used by every :func:`_iteration` of it (the fixed point calls it many times).  Every op is on the serial
     roofline (F / rate + B / mem, as :mod:`dse.cost.inference`), so each is affine in the tokens it processes:
@@ -208,7 +209,7 @@ def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array) ->
     t, p = x["tp"], x["pp"]
     s_in, s_out = x["input_len"], x["output_len"]
     moe = mask(x["experts"] > 1, h)
-    rec = layer_record(x)  # the mean layer (dse.cost.architecture)
+    rec = layer_record(x) if rec is None else rec  # the mean layer (dse.cost.architecture)
     kvh = np.maximum(x["kv_heads"] / t, 1.0)
     kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
     mem = x["memory_rate"]
@@ -583,7 +584,7 @@ def drafter_size(x: dict[str, Array], rec: dict[str, Array]) -> tuple[Array, Arr
     return on * pick(eagle, head, mtp), on * pick(eagle, 1.0, x["mtp"])
 
 
-def _kv_capacity(x: dict[str, Array], budget: Array) -> dict[str, Array]:
+def _kv_capacity(x: dict[str, Array], budget: Array, rec: dict[str, Array] | None = None) -> dict[str, Array]:
     """Per GPU of a replica: weights, activations of one iteration, the KV budget and how many requests' KV
     (at the mean context, paged) fit."""
     L, h, V = x["layers"], x["hidden"], x["vocab"]
@@ -592,7 +593,7 @@ def _kv_capacity(x: dict[str, Array], budget: Array) -> dict[str, Array]:
     E = x["experts"]
     moe = mask(E > 1, E)
     _, _, _, wb = _rates(x)
-    rec = layer_record(x)
+    rec = layer_record(x) if rec is None else rec
     kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
     frac = np.where(np.isnan(x["kv_memory_fraction"]), DEFAULT_KV_MEMORY_FRACTION, x["kv_memory_fraction"])
     block = np.where(np.isnan(x["kv_block_tokens"]), DEFAULT_KV_BLOCK_TOKENS, x["kv_block_tokens"])
@@ -650,9 +651,10 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
     batch_cap = np.minimum(engine_cap, clients / dp)
     zero = 0.0 * s_in
     # ---- decode pool ----
-    dec = _kv_capacity(x, np.minimum(budget, batch_cap))
+    rec = layer_record(x)  # the mean layer, tensor-parallel-independent: one record for both pools
+    dec = _kv_capacity(x, np.minimum(budget, batch_cap), rec)
     c_max = np.maximum(np.minimum(batch_cap, dec["capacity"]), 1.0)
-    dec_terms = _iteration_terms(x, rate, act, wb)
+    dec_terms = _iteration_terms(x, rate, act, wb, rec)
     life = np.maximum(dec_terms["decode_len"], 1.0)  # decode steps (fewer with speculative decoding)
     xd_max = c_max / p / life
     t_d_max, _, _ = _iteration(dec_terms, zero, X_dec=xd_max)
@@ -665,10 +667,10 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
     chunk = np.where(np.isinf(budget), s_in, budget)
     n_pre = np.maximum(np.ceil(s_in / chunk), 1.0)
     xp_max = chunk / s_in
-    pre_terms = _iteration_terms(xp_in, rate_p, act_p, wb_p)
+    pre_terms = _iteration_terms(xp_in, rate_p, act_p, wb_p, rec)
     t_p_max, _, _ = _iteration(pre_terms, xp_max, X_dec=zero)
     cap_p = n_p * xp_max / t_p_max
-    pre_mem = _kv_capacity(xp_in, chunk)
+    pre_mem = _kv_capacity(xp_in, chunk, rec)
     # ---- the link between them ----
     nbytes, bw, t_kv = kv_transfer(x)
     cap_link = n_p * bw / nbytes
@@ -753,7 +755,8 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
     batch_cap = np.minimum(engine_cap, clients)
 
     # ---- memory: weights, activations of one iteration's tokens, KV capacity ----------------------------
-    mem = _kv_capacity(x, budget)
+    rec = layer_record(x)  # the mean layer (dse.cost.architecture), shared by the memory and the iteration
+    mem = _kv_capacity(x, budget, rec)
     weights, activations, kv_budget = mem["weights"], mem["activations"], mem["kv_budget"]
     pages, kv_token, kv_capacity = mem["pages"], mem["kv_token"], mem["capacity"]
     fits = kv_capacity >= 1.0
@@ -761,7 +764,7 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
     # ---- steady state at maximum concurrency -------------------------------------------------------------
     c_max = np.maximum(np.minimum(batch_cap, kv_capacity), 1.0)
     n_pre = np.maximum(np.ceil(s_in / budget), 1.0)
-    terms = _iteration_terms(x, rate, act, wb)
+    terms = _iteration_terms(x, rate, act, wb, rec)
     steps = terms["decode_len"]  # decode steps a request needs (fewer with speculative decoding)
     life = steps + n_pre  # iterations a request stays in the batch
     by_concurrency = c_max / p / life
