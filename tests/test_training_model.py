@@ -313,6 +313,30 @@ def test_blackwell_serving_gemm_efficiency_is_hoppers_scaled_by_one_harness():
     assert (table["source"].str.contains("aiconfigurator @095f58a")).all()
 
 
+def test_moe_nvfp4_grouped_gemm_fractions_are_the_measured_tables():
+    """The routed experts' NVFP4 fractions (dse.cost.constants) are derived, not fitted: TensorRT-LLM 1.2.0rc5's
+    measured B200 MoE layer tables (tests/kernels/trtllm_moe_grouped_gemm.csv, from ai-dynamo/aiconfigurator) give
+    the CUTLASS grouped GEMMs' fraction of the FP4 peak and their weight-streaming fraction of the HBM peak; the
+    first over the dense NVFP4 GEMMs' fraction (trtllm_gemm_large_m.csv), the second over memory_eff and scaled
+    from the 0.5625 bytes per weight the kernels read (values + one FP8 scale per 16) to the 0.5 dse counts."""
+    from dse.cost import constants as K
+    from dse.cost.inference import moe_grouped_gemm_fractions
+
+    kernels = Path(__file__).parent / "kernels"
+    moe = pd.read_csv(kernels / "trtllm_moe_grouped_gemm.csv").set_index(["gpu", "dtype"])
+    dense = pd.read_csv(kernels / "trtllm_gemm_large_m.csv").set_index(["gpu", "dtype"])["median_eff"]
+    row = moe.loc["b200_sxm", "nvfp4"]
+    assert K.MOE_NVFP4_GEMM_FRACTION == pytest.approx(row["gemm_eff"] / dense["b200_sxm", "nvfp4"], abs=5e-4)
+    memory_eff = hwcat.efficiency().loc["blackwell", "memory_eff"]
+    assert K.MOE_NVFP4_STREAM_FRACTION == pytest.approx(row["stream_eff"] / memory_eff * 0.5 / 0.5625, abs=5e-4)
+    assert (moe["source"].str.contains("aiconfigurator @095f58a")).all()
+    # per-tensor FP8 grouped GEMMs stay within 20 % of the dense FP8 fraction: no MoE factor for them
+    for gpu in ("h100_sxm", "b200_sxm"):
+        assert moe.loc[(gpu, "fp8"), "gemm_eff"] / dense[gpu, "fp8"] > 0.8
+    g, s = moe_grouped_gemm_fractions(np.array([codes.PRECISION_FP4, codes.PRECISION_FP8, codes.PRECISION_BF16]))
+    assert g.tolist() == [K.MOE_NVFP4_GEMM_FRACTION, 1.0, 1.0] and s.tolist() == [K.MOE_NVFP4_STREAM_FRACTION, 1.0, 1.0]
+
+
 # ---- FSDP2 with pipeline parallelism (zero_with_pp), PyTorch's all-gather context parallelism (cp_exchange) ----
 
 def _fsdp_pp_rows(**extra):

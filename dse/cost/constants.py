@@ -140,6 +140,18 @@ DEEPSPEED_MAX_REUSE_DISTANCE = 1e9
 #: 26.02.01): 8.8 ms then 12.8 ms per layer and micro-batch, a fixed 7.5 ms for its 16 local experts (0.47 ms each).
 MOE_HOST_S_PER_LOCAL_EXPERT = 4.53e-4
 
+#: Serving: the routed experts' NVFP4 grouped GEMMs (TensorRT-LLM's CUTLASS MoE, B200) run at this fraction of the
+#: engine's dense NVFP4 GEMM rate.  Sourced: TensorRT-LLM 1.2.0rc5's measured MoE layer tables in
+#: ai-dynamo/aiconfigurator @095f58a (b200_sxm/moe/trtllm/1.2.0rc5/moe_perf.parquet; DeepSeek-V3, Qwen3-235B and
+#: Qwen3-30B expert shapes, moe_ep 1-8) fitted to fixed + weights / (HBM · s) + FLOPs / (peak · g): g = 0.201 of the
+#: FP4 peak, over the 0.3772 its dense NVFP4 GEMMs reach (tests/kernels/trtllm_gemm_large_m.csv).  Derivation kept in
+#: tests/kernels/trtllm_moe_grouped_gemm.csv (tests/test_training_model.py checks it).
+MOE_NVFP4_GEMM_FRACTION = 0.533
+#: ... and they stream the visited experts' weights at this fraction of ``memory_rate``: the same fit's 0.576 of the
+#: HBM peak for 0.5625 bytes per weight (NVFP4 values and their FP8 scale per 16), where dse counts 0.5 bytes at
+#: memory_eff (0.956) of the peak: 0.576 / 0.956 · 0.5 / 0.5625.
+MOE_NVFP4_STREAM_FRACTION = 0.536
+
 #: Acceptance rate of a multi-token-prediction draft token in speculative decoding: DeepSeek-V3 technical report
 #: (arXiv 2412.19437) §5.4.3, "the acceptance rate of the second token prediction ranges between 85% and 90%"
 #: (1.8x tokens per second); the lower end.  A row's ``spec_acceptance`` overrides it.

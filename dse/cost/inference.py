@@ -178,7 +178,8 @@ def layer_gemm_terms(x: dict[str, Array], rec: dict[str, Array], rate: Array, ac
     weights, seconds to stream the FFN weights of one expert set).  Per token: 2·(n_qkv·h + h·h/t) FLOPs plus
     2·k·(n_fc1·h + h·f/t) in the k experts it visits, each GEMM reading its input (``act`` bytes) and writing its
     output (2 bytes), and the router's 2·E·h at the fp16 rate; the weights (``wb`` bytes each) are read once per
-    pass.  :func:`_layer_gemms` puts them together for a number of tokens.
+    pass.  The routed experts' grouped GEMMs run at their own fraction of the rate and of ``memory_rate``
+    (:func:`moe_grouped_gemm_fractions`).  :func:`_layer_gemms` puts them together for a number of tokens.
 
     The mean layer of the model record (:func:`dse.cost.architecture.layer_record`): attention GEMMs of their
     own widths (MLA's up projections too), the dense FFN (dense layers, shared experts) on every token, the
@@ -203,9 +204,28 @@ def layer_gemm_terms(x: dict[str, Array], rec: dict[str, Array], rate: Array, ac
     moved = ((h * act + n_qkv * 2.0) + (o_k * act + h * 2.0) + (rec["up_in"] * act + rec["up_out"] / t * 2.0)
              + dense * ((h * act + n_fc1 * 2.0) + (f_d * act + h * 2.0))
              + routed * ((h * act + n_fc1_m * 2.0) + (f_m * act + h * 2.0)))
-    per_token = flops / rate + moved / mem + phi * gemm_flops(1.0, E, h) / x["infer_matmul_fp16_rate"]
+    routed_flops = routed * (gemm_flops(1.0, n_fc1_m, h) + gemm_flops(1.0, h, f_m))
+    gemm_frac, stream_frac = moe_grouped_gemm_fractions(x["precision"])
+    per_token = ((flops - routed_flops) / rate + routed_flops / (rate * gemm_frac)
+                 + moved / mem + phi * gemm_flops(1.0, E, h) / x["infer_matmul_fp16_rate"])
     fixed = (h * n_qkv + rec["up_params"] / t + o_k * h + n_mlp * h * f_d) * wb / mem
-    return per_token, fixed, phi * n_mlp * h * f_m * wb / mem
+    return per_token, fixed, phi * n_mlp * h * f_m * wb / (mem * stream_frac)
+
+
+def moe_grouped_gemm_fractions(precision: Array) -> tuple[Array, Array]:
+    """(GEMM rate, weight-streaming rate) of a mixture of experts' routed experts, as fractions of the engine's
+    dense serving GEMM rate (``infer_matmul_*_rate``) and of ``memory_rate``:
+    t_experts = F_routed / (rate · g) + W_visited / (memory_rate · s).
+
+    NVFP4 (``fp4``): g = MOE_NVFP4_GEMM_FRACTION, s = MOE_NVFP4_STREAM_FRACTION (dse.cost.constants), from
+    TensorRT-LLM's measured MoE layer tables (ai-dynamo/aiconfigurator, B200, CUTLASS grouped GEMMs,
+    tests/kernels/trtllm_moe_grouped_gemm.csv): its grouped GEMMs reach about half the fraction of peak of its dense
+    NVFP4 GEMMs, and stream the visited experts' weights at about half the HBM rate.  Other precisions: 1 and 1:
+    per-tensor FP8 grouped GEMMs reach 0.96 (H100) and 0.82 (B200) of the dense FP8 fraction of peak in the same
+    tables, BF16 at least the dense one.  Not modelled (no input names the scaling): block-scaled FP8 (DeepSeek's
+    128x128 scales) reaches only 0.45 of it on H100 (0.267 of peak)."""
+    fp4 = mask(precision == codes.PRECISION_FP4, precision)
+    return (1.0 + fp4 * (K.MOE_NVFP4_GEMM_FRACTION - 1.0), 1.0 + fp4 * (K.MOE_NVFP4_STREAM_FRACTION - 1.0))
 
 
 def _layer_gemms(tokens: Array, x: dict[str, Array], rec: dict[str, Array], rate: Array, act: Array,
