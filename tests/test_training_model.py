@@ -330,6 +330,7 @@ def test_moe_nvfp4_grouped_gemm_fractions_are_the_measured_tables():
     memory_eff = hwcat.efficiency().loc["blackwell", "memory_eff"]
     assert K.MOE_NVFP4_STREAM_FRACTION == pytest.approx(row["stream_eff"] / memory_eff * 0.5 / 0.5625, abs=5e-4)
     assert (moe["source"].str.contains("aiconfigurator @095f58a")).all()
+    assert K.MOE_LAYER_FIXED_S == pytest.approx(moe["fixed_us"].median() * 1e-6, abs=5e-8)
     # per-tensor FP8 grouped GEMMs stay within 20 % of the dense FP8 fraction: no MoE factor for them
     for gpu in ("h100_sxm", "b200_sxm"):
         assert moe.loc[(gpu, "fp8"), "gemm_eff"] / dense[gpu, "fp8"] > 0.8

@@ -151,6 +151,11 @@ MOE_NVFP4_GEMM_FRACTION = 0.533
 #: HBM peak for 0.5625 bytes per weight (NVFP4 values and their FP8 scale per 16), where dse counts 0.5 bytes at
 #: memory_eff (0.956) of the peak: 0.576 / 0.956 · 0.5 / 0.5625.
 MOE_NVFP4_STREAM_FRACTION = 0.536
+#: Serving: fixed GPU time of one MoE layer per forward pass (router top-k, token permutation, finalize / unpermute:
+#: kernels that do not scale with the tokens at serving sizes), seconds.  Sourced: the fixed term of the same fits of
+#: TensorRT-LLM 1.2.0rc5's measured MoE layer tables (CUDA-graph replays), median over H100, H200 and B200 and their
+#: BF16, FP8, block FP8, NVFP4 and W4A16 kernels (38.9-70.9 µs; tests/kernels/trtllm_moe_grouped_gemm.csv).
+MOE_LAYER_FIXED_S = 41.4e-6
 
 #: Acceptance rate of a multi-token-prediction draft token in speculative decoding: DeepSeek-V3 technical report
 #: (arXiv 2412.19437) §5.4.3, "the acceptance rate of the second token prediction ranges between 85% and 90%"

@@ -179,7 +179,9 @@ def layer_gemm_terms(x: dict[str, Array], rec: dict[str, Array], rate: Array, ac
     2·k·(n_fc1·h + h·f/t) in the k experts it visits, each GEMM reading its input (``act`` bytes) and writing its
     output (2 bytes), and the router's 2·E·h at the fp16 rate; the weights (``wb`` bytes each) are read once per
     pass.  The routed experts' grouped GEMMs run at their own fraction of the rate and of ``memory_rate``
-    (:func:`moe_grouped_gemm_fractions`).  :func:`_layer_gemms` puts them together for a number of tokens.
+    (:func:`moe_grouped_gemm_fractions`), and a MoE layer adds a fixed GPU time per pass (MOE_LAYER_FIXED_S:
+    routing, token permutation and finalize, which do not scale with the tokens), counted with the weights
+    streamed once per pass.  :func:`_layer_gemms` puts them together for a number of tokens.
 
     The mean layer of the model record (:func:`dse.cost.architecture.layer_record`): attention GEMMs of their
     own widths (MLA's up projections too), the dense FFN (dense layers, shared experts) on every token, the
@@ -208,7 +210,8 @@ def layer_gemm_terms(x: dict[str, Array], rec: dict[str, Array], rate: Array, ac
     gemm_frac, stream_frac = moe_grouped_gemm_fractions(x["precision"])
     per_token = ((flops - routed_flops) / rate + routed_flops / (rate * gemm_frac)
                  + moved / mem + phi * gemm_flops(1.0, E, h) / x["infer_matmul_fp16_rate"])
-    fixed = (h * n_qkv + rec["up_params"] / t + o_k * h + n_mlp * h * f_d) * wb / mem
+    fixed = ((h * n_qkv + rec["up_params"] / t + o_k * h + n_mlp * h * f_d) * wb / mem
+             + phi * moe * K.MOE_LAYER_FIXED_S)  # the MoE block's routing, permutation and finalize kernels
     return per_token, fixed, phi * n_mlp * h * f_m * wb / (mem * stream_frac)
 
 
