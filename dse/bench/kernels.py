@@ -531,7 +531,8 @@ def random_serve_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], 
     x["spec_tokens"] = np.where(eagle, 2.0, x["spec_tokens"])
     x["spec_acceptance"] = np.where(eagle, 0.7, x["spec_acceptance"])
     assert set(x) == set(SERVE_INPUTS)
-    return x, systems
+    # the kernel's float32, as a sweep's grid decodes its points and as the training bench draws them
+    return {k: v.astype(DTYPE) for k, v in x.items()}, systems
 
 
 def _answered_only(x: dict[str, np.ndarray], systems: np.ndarray, step: Any, n: int

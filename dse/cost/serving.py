@@ -164,11 +164,16 @@ def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object],
         out: dict[str, Array] = dict(zip(SERVE_METRICS, block, strict=True))
         out.update(fits=np.zeros(n, dtype=bool), overloaded=np.zeros(n, dtype=bool),
                    limit=np.full(n, -1, dtype=np.int64))
-        for rows, model in ((np.flatnonzero(ok & ~disagg), _serve), (np.flatnonzero(ok & disagg),
-                                                                      _serve_disaggregated)):
-            if rows.size == n:  # every row: no gather, no scatter
+        served = bool(ok.all())  # every row divides: the aggregated model takes them all, without a gather (a
+        # row's values do not depend on the other rows), and the disaggregated rows' values are then replaced
+        for rows, model in ((np.arange(n) if served else np.flatnonzero(ok & ~disagg), _serve),
+                            (np.flatnonzero(ok & disagg), _serve_disaggregated)):
+            if rows.size == n and not (served and model is _serve and disagg.any()):  # no gather, no scatter
                 part = model(x)
                 out = {k: np.broadcast_to(part[k], (n,)) for k in out}
+            elif rows.size == n:  # the aggregated model on every row, writable: the disaggregated rows come next
+                part = model(x)
+                out = {k: np.array(np.broadcast_to(part[k], (n,)), dtype=out[k].dtype) for k in out}
             elif rows.size:
                 part = model({k: np.take(v, rows) for k, v in x.items()})  # (take: faster than v[rows])
                 for k in out:
