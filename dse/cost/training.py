@@ -758,13 +758,12 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     # op-level selective checkpointing keeps its memory as selective's (ASSUMPTION: the matmul and attention
     # outputs it saves are most of `kept`; the element-wise tensors it drops are not subtracted)
     sel_mem = selective + op_sac
-    act_layer = pick(full, 2.0 * resid, kept + (1.0 - sel_mem) * scores)  # memory.activation_bytes_per_layer
-    # The layer being back-propagated rebuilds what recomputation dropped: its s×s attention tensors
-    # (selective), or all its activations on top of its stored input (full).
     if any_peft:  # the adapters' input copies in their dtype (memory.adapter_input_bytes)
         kept = kept + peft * adapter_input_bytes(T, h, rec["o_width"], ffn_tok, n_mlp, x["lora_targets"], t,
                                                  4.0 * (tw - 1.0))
-        act_layer = pick(full, 2.0 * resid, kept + (1.0 - sel_mem) * scores)
+    act_layer = pick(full, 2.0 * resid, kept + (1.0 - sel_mem) * scores)  # memory.activation_bytes_per_layer
+    # The layer being back-propagated rebuilds what recomputation dropped: its s×s attention tensors
+    # (selective), or all its activations on top of its stored input (full).
     act_transient = sel_mem * scores + full * (kept + scores - 2.0 * resid)
     logits = logits_bytes(T, V, t)
     # per rank: the chunk·micro-batches in flight times its layers; first, second (the fullest middle rank) and

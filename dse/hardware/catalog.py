@@ -248,9 +248,15 @@ def staged_bus_bandwidth(raw: dict[str, np.ndarray]) -> np.ndarray:
     once, so the host's DRAM carries 2 x node_gpus x busbw: busbw <= HOST_STAGED_EFFICIENCY x DRAM / (2 x
     node_gpus).  The bytes also cross the GPU's own link once per direction and, behind a PCIe switch, the
     switch's uplink shared by gpus_per_switch GPUs: busbw <= link / gpus_per_switch.  The smaller bound holds."""
-    dram = HOST_STAGED_EFFICIENCY * raw["host_mem_bw"] / (2.0 * raw["node_gpus"])
     link = raw["host_bw"] * HOST_LINK_EFFICIENCY / raw["gpus_per_switch"]
-    return np.minimum(dram, link)
+    return np.minimum(0.5 * host_staged_share(raw), link)
+
+
+def host_staged_share(raw: dict[str, np.ndarray]) -> np.ndarray:
+    """Bytes/s of the host path one GPU gets when every GPU of the node moves data through host memory at once:
+    HOST_STAGED_EFFICIENCY x DRAM bandwidth / node_gpus.  A staged collective byte crosses it twice
+    (:func:`staged_bus_bandwidth`), an offload copy once (:func:`offload_link_rate`)."""
+    return HOST_STAGED_EFFICIENCY * raw["host_mem_bw"] / raw["node_gpus"]
 
 
 def offload_link_rate(raw: dict[str, np.ndarray]) -> np.ndarray:
@@ -269,7 +275,7 @@ def offload_link_rate(raw: dict[str, np.ndarray]) -> np.ndarray:
     runs without offload; one RTX 3090 pair runs faster offloaded, the runs' noise).  Servers with peer-to-peer
     stage nothing: dse has no measure of their host path besides the link and the DRAM."""
     link = raw["host_bw"] * HOST_LINK_EFFICIENCY / raw["gpus_per_switch"]
-    staged = np.where(raw["p2p"] > 0, np.inf, HOST_STAGED_EFFICIENCY * raw["host_mem_bw"] / raw["node_gpus"])
+    staged = np.where(raw["p2p"] > 0, np.inf, host_staged_share(raw))
     return np.minimum(np.minimum(link, raw["host_mem_bw"] / raw["node_gpus"]), staged)
 
 
