@@ -73,7 +73,7 @@ QLORA_DEQUANT_BYTES = QLORA_WEIGHT_BYTES + 2.0
 #: "4-bit QLoRA training speed is roughly on par with 16-bit LoRA", artidoro/qlora issue 107; a user: "the time
 #: cost of QLoRa is five times that of LoRa", allenai/open-instruct issue 109).  FITTED on shared/reference
 #: (zhang2023_train_bs1_lora7b.csv, the QLoRA rows) by python -m dse.validation.fit.
-QLORA_DEQUANT_EFFICIENCY = 0.0981
+QLORA_DEQUANT_EFFICIENCY = 0.0765
 
 
 # ---- ring collectives: start-up latency (NCCL's tuning model) ---------------------------------------------
@@ -97,14 +97,14 @@ ZERO3_PERSISTENCE_THRESHOLD = 1.0e5
 #: What fetching one parameter on demand costs DeepSpeed besides the collective (the partitioned-parameter
 #: coordinator's Python hooks, the all-gather's launch and the wait before the submodule runs).  FITTED on
 #: shared/reference (zhang2023_train_bs1_lora7b.csv, the A800 ZeRO-3 rows) by python -m dse.validation.fit.
-ZERO3_FETCH_OVERHEAD_S = 209e-6
+ZERO3_FETCH_OVERHEAD_S = 205e-6
 
 # ---- eager PyTorch (HF Transformers modules; kernels = eager, dse.cost.eager) ------------------------------
 #: Fixed time of one small kernel of an eager PyTorch layer besides the bytes it moves (launch, ramp and tail;
 #: a CUDA kernel launch alone costs "about 4-6 us", pegainfer blog; the NVIDIA CUDA Graphs blog measured ~3.8 us
 #: per back-to-back kernel on V100).  FITTED on shared/reference (zhang2023_train_bs1_lora7b.csv with the module
 #: profile of zhang2023_module_profiles.md) by python -m dse.validation.fit.
-EAGER_KERNEL_S = 13.4e-6
+EAGER_KERNEL_S = 13.2e-6
 #: The unfused attention's batched matmuls (QKᵀ, PV; 2·b·a·s²·d FLOPs each, head_dim 128) reach only this fraction
 #: of the 16-bit tensor peak: Zhang et al. 2023 Table VI profiles them at 4.32 + 2.21 ms for 2 × 64 GFLOP on the
 #: A800 (batch 2, sequence 350, 32 layers), 19.6 TFLOP/s of 312 (zhang2023_module_profiles.md).  One Ampere
@@ -138,7 +138,7 @@ DEEPSPEED_MAX_REUSE_DISTANCE = 1e9
 #: checked on the held-out 2026 releases (megatron_bridge_moe_train_2026.csv).  The evidence that it is fixed per
 #: micro-batch: Qwen3-30B-A3B on 8 B200 runs 9,691 tokens/s/GPU at micro-batch 1 and 26,695 at 4 (26.02,
 #: 26.02.01): 8.8 ms then 12.8 ms per layer and micro-batch, a fixed 7.5 ms for its 16 local experts (0.47 ms each).
-MOE_HOST_S_PER_LOCAL_EXPERT = 4.53e-4
+MOE_HOST_S_PER_LOCAL_EXPERT = 4.62e-4
 
 #: Serving: the routed experts' NVFP4 grouped GEMMs (TensorRT-LLM's CUTLASS MoE, B200) run at this fraction of the
 #: engine's dense NVFP4 GEMM rate.  Sourced: TensorRT-LLM 1.2.0rc5's measured MoE layer tables in
@@ -161,3 +161,12 @@ MOE_LAYER_FIXED_S = 41.4e-6
 #: (arXiv 2412.19437) §5.4.3, "the acceptance rate of the second token prediction ranges between 85% and 90%"
 #: (1.8x tokens per second); the lower end.  A row's ``spec_acceptance`` overrides it.
 MTP_ACCEPTANCE = 0.85
+
+
+#: A collective that runs beside compute slows that compute down: NCCL's kernels take SMs and HBM bandwidth from
+#: the kernels they overlap.  Lee et al. 2025, "Characterizing Compute-Communication Overlap in GPU-Accelerated
+#: Distributed Deep Learning: Performance and Power Implications" (arXiv 2507.03114, abstract): on 4x A100, H100,
+#: MI250 and MI210 with GPT and LLaMA models, "overlapping computation and communication can result in an average
+#: computational slowdown of 18.9%, with a maximum of 40.0%" against the same compute with no communication beside
+#: it.  The average is taken (dse.cost.parallel.overlapped_exposed).
+OVERLAP_COMPUTE_SLOWDOWN = 0.189

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from dse.cost import constants as K
+
 Array = Any  # numpy arrays or scalars that broadcast (the stubs cannot express broadcasting)
 
 ACTIVATION_BYTES = 2.0  #: activations and their gradients travel in 16 bits (bf16/fp16)
@@ -127,3 +129,16 @@ def tp_backward_exposed(grad_gather_s: Array, regather_s: Array, reduce_s: Array
     on by default since 2022-02)."""
     hidden = overlap * (np.minimum(regather_s, dgrad_s) + np.minimum(reduce_s, wgrad_s))
     return grad_gather_s + regather_s + reduce_s - hidden
+
+
+def overlapped_exposed(exposed_s: Array, overlapped_s: Array) -> Array:
+    """Exposed time of communication that runs beside compute, counting what it takes from that compute:
+
+        t = max(t_exposed, κ·M),   κ = σ / (1 + σ)
+
+    ``exposed_s`` the exposed time on an ideal overlap (max(M − C, 0) for a transfer M under compute C),
+    ``overlapped_s`` the communication M issued to run beside compute.  While M runs, compute proceeds at
+    1/(1 + σ) of its rate (σ = ``OVERLAP_COMPUTE_SLOWDOWN``, Lee et al. 2025, measured): compute C with M beside
+    it ends at C + κ·M when M ≤ C·(1 + σ), else at M -- so the step pays max(M − C, κ·M) over C."""
+    kappa = K.OVERLAP_COMPUTE_SLOWDOWN / (1.0 + K.OVERLAP_COMPUTE_SLOWDOWN)
+    return np.maximum(exposed_s, kappa * overlapped_s)

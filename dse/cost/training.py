@@ -84,6 +84,7 @@ from dse.cost.parallel import (
     cp_ring_backward_bytes,
     cp_ring_forward_bytes,
     ep_dispatch_bytes,
+    overlapped_exposed,
     pp_activation_bytes,
     tp_activation_bytes,
     tp_backward_exposed,
@@ -485,16 +486,18 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     dgrad_reduce = pick(sp, 2.0 * rs, 2.0 * ar)  # input-gradient reduction of the column-parallel GEMMs
     grad_gather = sp * 2.0 * ag  # sp: gathers of the row-parallel GEMMs' output gradients
     regather = sp * 2.0 * ag  # sp: re-gather of the column-parallel GEMMs' inputs for their wgrad
-    tp_fwd = tp_fwd_comm - tp_full * np.minimum(tp_fwd_comm, gemm_fwd)
+    tp_fwd = overlapped_exposed(tp_fwd_comm - tp_full * np.minimum(tp_fwd_comm, gemm_fwd), tp_full * tp_fwd_comm)
     tp_bwd_none = dgrad_reduce + grad_gather + regather
-    tp_bwd = pick(tp_full, tp_bwd_none - np.minimum(tp_bwd_none, gemm_bwd),
-                  tp_backward_exposed(grad_gather, regather, dgrad_reduce, gemm_bwd - wgrad, wgrad, tp_async))
+    tp_bwd = pick(tp_full, overlapped_exposed(tp_bwd_none - np.minimum(tp_bwd_none, gemm_bwd), tp_bwd_none),
+                  grad_gather + overlapped_exposed(
+                      tp_backward_exposed(grad_gather, regather, dgrad_reduce, gemm_bwd - wgrad, wgrad, tp_async)
+                      - grad_gather, tp_async * (regather + dgrad_reduce)))
 
     # ---- context parallel: ring exchange of K,V hidden under attention ----------------------------------
     cp_cross = spans_domains(t, c, D)
     cp_step = p2p_time(cp_kv_chunk_bytes(b, s, c, kvw, t), cp_cross, hw)
-    cp_fwd = np.maximum((c - 1.0) * cp_step - attn_fwd, 0.0)
-    cp_bwd = np.maximum(2.0 * (c - 1.0) * cp_step - attn_bwd, 0.0)
+    cp_fwd = overlapped_exposed(np.maximum((c - 1.0) * cp_step - attn_fwd, 0.0), (c - 1.0) * cp_step)
+    cp_bwd = overlapped_exposed(np.maximum(2.0 * (c - 1.0) * cp_step - attn_bwd, 0.0), 2.0 * (c - 1.0) * cp_step)
     # PyTorch's context_parallel with the all-gather rotater (torchtitan): K,V gathered once per pass, under the
     # local block only; the KV gradients around a ring in fp32.  torchtitan's Llama repeats the KV heads before
     # SDPA (models/llama/model.py repeat_kv @9dec370a), so the chunks are a·d wide, not g·d.
@@ -505,8 +508,9 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
         # plus the ring's own element-wise kernels on the compute stream: the fp32 merges of the partial outputs
         # and the fp32 accumulation of the gradients (memory-bound, E = elements of the local Q chunk)
         chunk_elems = b * (s / c) * rec["q_width"] / t
-        ag_fwd = cp_allgather_exposed(kv_gather, attn_fwd, c) + cp_ring_forward_bytes(chunk_elems, c) / mem_rate
-        ag_bwd = (cp_allgather_exposed(kv_gather, attn_bwd, c)
+        ag_fwd = (overlapped_exposed(cp_allgather_exposed(kv_gather, attn_fwd, c), kv_gather)
+                  + cp_ring_forward_bytes(chunk_elems, c) / mem_rate)
+        ag_bwd = (overlapped_exposed(cp_allgather_exposed(kv_gather, attn_bwd, c), kv_gather)
                   + cp_grad_ring_exposed(p2p_time(2.0 * kv_chunk, cp_cross, hw), attn_bwd, c)
                   + cp_ring_backward_bytes(chunk_elems, c) / mem_rate)
         cp_fwd = pick(cp_ag, ag_fwd, cp_fwd)
@@ -564,7 +568,7 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     pp_cross = spans_domains(t * c * d, p, D)
     p2p_mb = (p > 1) * (2.0 * v * p2p_time(pp_activation_bytes(b, s, c, h, t), pp_cross, hw))
     stage_compute = lps * (layer_compute + recompute)
-    pp_exposed = p2p_mb - pp_overlap * np.minimum(p2p_mb, stage_compute)
+    pp_exposed = overlapped_exposed(p2p_mb - pp_overlap * np.minimum(p2p_mb, stage_compute), pp_overlap * p2p_mb)
 
     t_mb_slowest = stage_layers + extra_slowest + pp_exposed
     t_mb_mean = (L * layer_time + first_extra + last_extra) / p + pp_exposed
@@ -673,7 +677,9 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
 
     serial_dp = ((1.0 - dp_overlap) * (grad_sync + z12 * param_gather) + (1.0 - dp_overlap * prefetch) * m * gathers
                  + dp_overlap * once * grad_sync)
-    hidden_dp = exposed(0.0, 0.0)
+    # what the overlapped data-parallel collectives take from the compute beside them (overlapped_exposed)
+    dp_beside = dp_overlap * ((1.0 - once) * grad_sync + z12 * param_gather) + m * gathers_hidden
+    hidden_dp = overlapped_exposed(exposed(0.0, 0.0), dp_beside)
     dp_exposed = serial_dp + hidden_dp
     host_state = 0.0 * t_opt_gpu
     if any_offload:
@@ -685,7 +691,7 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
         # offload all: each micro-batch's forward and backward read the weights from the host (ZeRO-3: the rank's
         # own partition, then the all-gather above; without ZeRO-3 the whole stage's weights)
         stream = off_all * 2.0 * weight_stage_bytes / (1.0 + z3 * (dpc - 1.0)) / host
-        offload = cpu_adam + h2d + exposed(stream, d2h) - hidden_dp
+        offload = cpu_adam + h2d + np.maximum(exposed(stream, d2h) - hidden_dp, 0.0)
         t_opt = (1.0 - off_opt) * t_opt_gpu
         host_state = host_state_bytes(off_opt * opt_params, off_all * weight_stage_bytes / (1.0 + z3 * (dpc - 1.0)))
     else:
