@@ -98,7 +98,7 @@ def test_scaleup_gpus_is_a_whole_number():
 
 @pytest.mark.parametrize("name", list(SYSTEMS_RAW["name"]))
 def test_low_precision_peaks_follow_the_generation(name):
-    """Ampere has no fp8 tensor cores, Hopper/Ada add fp8, Blackwell adds fp4."""
+    """Ampere has no fp8 tensor cores, Hopper/Ada add fp8, Blackwell (datacenter and GB202) adds fp4."""
     r = SYSTEMS_RAW.set_index("name").loc[name]
     fp8, fp4 = _present(r["tensor_fp8_tflops"]), _present(r["tensor_fp4_tflops"])
     generation = r["generation"]
@@ -106,7 +106,7 @@ def test_low_precision_peaks_follow_the_generation(name):
         assert not fp8 and not fp4
     elif generation in ("hopper", "ada"):
         assert fp8 and not fp4
-    elif generation == "blackwell":
+    elif generation in ("blackwell", "blackwell-sm120"):
         assert fp8 and fp4
     else:
         pytest.fail(f"generation {generation!r} of {name} has no expectation in this test; add one")

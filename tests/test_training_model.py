@@ -313,6 +313,49 @@ def test_blackwell_serving_gemm_efficiency_is_hoppers_scaled_by_one_harness():
     assert (table["source"].str.contains("aiconfigurator @095f58a")).all()
 
 
+def test_rtx_pro_6000_and_ada_serving_gemm_efficiencies_are_hoppers_scaled_by_one_harness():
+    """The RTX PRO 6000 Blackwell (GB202, its own generation row) and Ada (L40S) serving GEMM efficiencies are
+    derived like Blackwell's: Hopper's fitted values times the part's median fraction of its catalog peak over
+    H100's in TensorRT-LLM 1.3.0rc20's measured GEMM tables (tests/kernels/trtllm_gemm_large_m.csv); the peaks in
+    the table are the catalog's, so the product is the measured rate (3 decimals in the file)."""
+    table = pd.read_csv(Path(__file__).parent / "kernels" / "trtllm_gemm_large_m.csv").set_index(["gpu", "dtype"])
+    med, peak = table["median_eff"], table["peak_tflops"]
+    eff, sysf = hwcat.efficiency(), hwcat.systems().set_index("name")
+    hop = eff.loc["hopper"]
+    for gpu, name, gen in (("rtx_pro_6000_server", "rtx-pro-6000", "blackwell-sm120"), ("l40s", "l40s", "ada")):
+        row = eff.loc[gen]
+        assert sysf.loc[name, "generation"] == gen
+        assert peak[gpu, "bfloat16"] == sysf.loc[name, "tensor_fp16_tflops"]
+        assert peak[gpu, "fp8"] == sysf.loc[name, "tensor_fp8_tflops"]
+        fp16 = hop["infer_matmul_eff_fp16"] * med[gpu, "bfloat16"] / med["h100_sxm", "bfloat16"]
+        fp8 = hop["infer_matmul_eff_fp8"] * med[gpu, "fp8"] / med["h100_sxm", "fp8"]
+        assert row["infer_matmul_eff_fp16"] == pytest.approx(fp16, abs=5e-4), gen
+        assert row["infer_matmul_eff_fp8"] == pytest.approx(fp8, abs=5e-4), gen
+    rtx = eff.loc["blackwell-sm120"]
+    assert peak["rtx_pro_6000_server", "nvfp4"] == sysf.loc["rtx-pro-6000", "tensor_fp4_tflops"]
+    fp8 = hop["infer_matmul_eff_fp8"] * med["rtx_pro_6000_server", "fp8"] / med["h100_sxm", "fp8"]
+    assert rtx["infer_matmul_eff_fp4"] == pytest.approx(
+        fp8 * med["rtx_pro_6000_server", "nvfp4"] / med["rtx_pro_6000_server", "fp8"], abs=5e-4)
+    # every other constant of the GB202 row is the datacenter Blackwell row's (ASSUMPTION, as its source says)
+    derived = {"infer_matmul_eff_fp16", "infer_matmul_eff_fp8", "infer_matmul_eff_fp4", "infer_attention_eff"}
+    for col in hwcat.EFFICIENCY_COLUMNS:
+        if col not in derived:
+            same = rtx[col] == eff.loc["blackwell", col]
+            assert same or (np.isnan(rtx[col]) and np.isnan(eff.loc["blackwell", col])), col
+
+
+def test_prompt_attention_efficiency_is_the_measured_context_attention_median():
+    """infer_attention_eff of each generation with a TensorRT-LLM context-attention table is that table's median
+    fraction of the BF16 peak (tests/kernels/trtllm_context_attention.csv, ai-dynamo/aiconfigurator @095f58a)."""
+    table = pd.read_csv(Path(__file__).parent / "kernels" / "trtllm_context_attention.csv").set_index("gpu")
+    eff = hwcat.efficiency()
+    for gpu, gen in (("a100_sxm", "ampere"), ("h100_sxm", "hopper"), ("b200_sxm", "blackwell"),
+                     ("rtx_pro_6000_server", "blackwell-sm120"), ("l40s", "ada")):
+        # 3 decimals in the file, the table's 4 (0.3965 -> 0.397)
+        assert eff.loc[gen, "infer_attention_eff"] == pytest.approx(table.loc[gpu, "median_eff"], abs=6e-4), gen
+    assert (table["source"].str.contains("aiconfigurator @095f58a")).all()
+
+
 def test_moe_nvfp4_grouped_gemm_fractions_are_the_measured_tables():
     """The routed experts' NVFP4 fractions (dse.cost.constants) are derived, not fitted: TensorRT-LLM 1.2.0rc5's
     measured B200 MoE layer tables (tests/kernels/trtllm_moe_grouped_gemm.csv, from ai-dynamo/aiconfigurator) give
