@@ -154,3 +154,16 @@ def test_megatron_core_r0_8_h100_weak_scaling_is_held_out_within_its_bound():
     results = validate_file(Path(__file__).parent / "cases" / "megatron_core_r0.8_h100_gpt.csv")
     (summary,) = summarize(results)
     assert summary["n"] == 9 and summary["skipped"] == 0 and summary["mape_pct"] <= 11.0
+
+
+def test_korthikanti_2022_table5_end_to_end_is_held_out_within_its_bound():
+    """Issue 25: Korthikanti 2022 Table 5 (end-to-end iteration times of 22B, 175B, 530B and 1T on A100, full
+    recomputation and sequence parallelism + selective recomputation), out of sample, with calculon's own validation
+    layouts for what the paper leaves unstated (micro-batch, interleaving).  Measured: 5.0 % MAPE; 22B -2.4 / -4.4 %,
+    175B +0.2 / -0.8 %, 530B +6.5 / +4.7 %, 1T +10.5 / +10.6 % (its 12 % bubble: without it dse would be within
+    1 %).  Issue 25 asks 3.5 %; the bound records today's figure so that a change that makes it worse is seen."""
+    from pathlib import Path
+
+    results = validate_file(Path(__file__).parent / "cases" / "korthikanti2022_table5_a100.csv")
+    (summary,) = summarize(results)
+    assert summary["n"] == 8 and summary["skipped"] == 0 and summary["mape_pct"] <= 5.1
