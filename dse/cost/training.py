@@ -18,6 +18,9 @@ norms / dropout / activations / softmax at HBM bandwidth).  A pipeline stage add
 logits and loss (last); the step is
 
     t_step = m · t_mb(slowest stage) + (p−1)/v · t_mb(mean stage) + exposed DP sync + optimizer step.
+
+"Exposed" counts what a transfer hidden under compute takes from that compute (κ·M of a transfer M,
+:func:`dse.cost.parallel.overlapped_exposed`): max(M − C, κ·M), not max(M − C, 0).
 """
 
 from __future__ import annotations
