@@ -113,8 +113,11 @@ def tp_backward_exposed(grad_gather_s: Array, regather_s: Array, reduce_s: Array
     """Exposed tensor-parallel communication of one layer's backward (``overlap`` a 0/1 mask: Megatron's
     asynchronous linear backward, ``tp_overlap = backward``):
 
-        t = t_gather + max(t_regather − t_dgrad, 0) + max(t_reduce − t_wgrad, 0)   (overlap)
+        t = t_gather + max(max(t_regather − t_dgrad, 0) + max(t_reduce − t_wgrad, 0), κ·(t_regather + t_reduce))
+                                                                                   (overlap)
         t = t_gather + t_regather + t_reduce                                       (none)
+
+    (κ: what the overlapped transfers take from the GEMMs beside them, :func:`overlapped_exposed`).
 
     ``grad_gather_s`` the all-gathers of the row-parallel GEMMs' output gradients (sequence parallelism; waited for
     before those GEMMs run), ``regather_s`` the re-gathers of the column-parallel GEMMs' sequence-sharded inputs for
@@ -128,7 +131,7 @@ def tp_backward_exposed(grad_gather_s: Array, regather_s: Array, reduce_s: Array
     all-reduce is issued ``async_op=True`` before the weight-gradient GEMM (``--async-tensor-model-parallel-allreduce``,
     on by default since 2022-02)."""
     hidden = overlap * (np.minimum(regather_s, dgrad_s) + np.minimum(reduce_s, wgrad_s))
-    return grad_gather_s + regather_s + reduce_s - hidden
+    return grad_gather_s + overlapped_exposed(regather_s + reduce_s - hidden, overlap * (regather_s + reduce_s))
 
 
 def overlapped_exposed(exposed_s: Array, overlapped_s: Array) -> Array:

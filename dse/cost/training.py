@@ -492,9 +492,7 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     tp_fwd = overlapped_exposed(tp_fwd_comm - tp_full * np.minimum(tp_fwd_comm, gemm_fwd), tp_full * tp_fwd_comm)
     tp_bwd_none = dgrad_reduce + grad_gather + regather
     tp_bwd = pick(tp_full, overlapped_exposed(tp_bwd_none - np.minimum(tp_bwd_none, gemm_bwd), tp_bwd_none),
-                  grad_gather + overlapped_exposed(
-                      tp_backward_exposed(grad_gather, regather, dgrad_reduce, gemm_bwd - wgrad, wgrad, tp_async)
-                      - grad_gather, tp_async * (regather + dgrad_reduce)))
+                  tp_backward_exposed(grad_gather, regather, dgrad_reduce, gemm_bwd - wgrad, wgrad, tp_async))
 
     # ---- context parallel: ring exchange of K,V hidden under attention ----------------------------------
     cp_cross = spans_domains(t, c, D)
