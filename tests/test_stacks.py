@@ -222,15 +222,21 @@ def test_held_out_405b_nvfp4_layouts():
 
 def test_uneven_stages_pace_and_fill_by_the_largest_rank():
     """A rank with more layers sets the pipeline pace and the memory: moving layers from the middle ranks to the
-    first one slows the step and raises the memory; explicit counts that do not add up are a reason."""
+    first one slows the step and raises the memory; a rest the middle ranks cannot share evenly (NeMo Automodel's
+    split) is paced by the fullest of them; explicit counts that leave a negative rest are a reason."""
     base = {"model": "llama3-70b", "system": "h100-sxm-80gb", "gpus": 64, "tp": 4, "pp": 4, "global_batch": 128,
             "seq_len": 8192}
     even = evaluate(pd.DataFrame([base])).iloc[0]
     same = evaluate(pd.DataFrame([{**base, "layers_first_stage": 20, "layers_last_stage": 20}])).iloc[0]
     heavy = evaluate(pd.DataFrame([{**base, "layers_first_stage": 26, "layers_last_stage": 18}])).iloc[0]
-    bad = evaluate(pd.DataFrame([{**base, "layers_first_stage": 25, "layers_last_stage": 20}])).iloc[0]
+    uneven = evaluate(pd.DataFrame([{**base, "layers_first_stage": 17, "layers_last_stage": 20}])).iloc[0]
+    bad = evaluate(pd.DataFrame([{**base, "layers_first_stage": 45, "layers_last_stage": 40}])).iloc[0]
     assert same["step_time_s"] == pytest.approx(even["step_time_s"], rel=1e-6)
     assert heavy["step_time_s"] > even["step_time_s"] and heavy["mem_total_bytes"] > even["mem_total_bytes"]
+    # 80 - 17 - 20 = 43 layers on two middle ranks: 22 and 21; the rank with 22 paces the step (the last rank,
+    # 20 layers and the 128k-vocabulary output layer, paces the even split)
+    assert uneven["fits"] and uneven["infeasible_reason"] == even["infeasible_reason"] == ""
+    assert uneven["step_time_s"] > even["step_time_s"]
     assert bad["infeasible_reason"] == "first/last stage layers do not fit the pipeline"
 
 

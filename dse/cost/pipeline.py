@@ -67,7 +67,11 @@ def stage_layers_split(layers: Array, pp: Array, vpp: Array, split: Array, first
       pipeline layout places them ('m' before the loss 'L': DeepSeek-V3's ``Et|(tt|)*30mL``), so
       L + 2 + mtp slots, and the last rank holds (L + 2 + mtp)/p − 1 − mtp;
     * explicit first / last (Megatron ``num_layers_in_first/last_pipeline_stage``, NaN when not given): the
-      rest, L − first − last, split evenly over the p − 2 middle ranks.
+      rest, L − first − last, over the p − 2 middle ranks, the fullest of them holding ⌈rest / (p − 2)⌉, which
+      paces the pipeline and sets its memory.  Megatron-core asserts that the rest divides evenly; NeMo
+      Automodel's pipeline split (``generate_hf_model_fqn_per_model_part``: one layer more on the first
+      L mod stages virtual stages) and torchtitan's run uneven ones, e.g. 61 layers on 8 ranks as
+      8, 8, 8, 8, 8, 7, 7, 7.
 
     With p = 1 the one rank holds all L.  Whether the counts divide is checked in the reasons.
 
@@ -82,7 +86,7 @@ def stage_layers_split(layers: Array, pp: Array, vpp: Array, split: Array, first
     split_edge = pick(emb, (layers + 2.0 + mtp) / pp - 1.0, even)
     first_asked: Array = np.where(np.isnan(first_in), split_edge, first_in)
     last_asked: Array = np.where(np.isnan(last_in), split_edge - emb * mtp, last_in)
-    middle: Array = (layers - first_asked - last_asked) / np.maximum(pp - 2.0, 1.0)
+    middle: Array = np.ceil((layers - first_asked - last_asked) / np.maximum(pp - 2.0, 1.0))
     middle = np.where(pp > 2, middle, np.where(pp > 1, 0.0, layers))
     return np.where(pp > 1, first_asked, layers), middle, np.where(pp > 1, last_asked, layers)
 

@@ -855,8 +855,7 @@ def _infeasible_reason(x: dict[str, Array]) -> Array:
         (R["(layers+2) % (pp*vpp) != 0 (embedding/loss split)"],
          ~explicit & emb_split & ~divides(p * v, L + 2.0 + x["mtp"])),
         (R["first/last stage layers do not fit the pipeline"], explicit & (
-            (p <= 1) | (first < 0) | (last < 0) | (middle < 0) | ((p > 2) & ~divides(p - 2.0, L - first - last))
-            | ((p == 2) & (first + last != L)))),
+            (p <= 1) | (first < 0) | (last < 0) | (middle < 0) | ((p == 2) & (first + last != L)))),
         (R["vpp > 1 needs pp > 1"], (v > 1) & (p <= 1)),
         (R["global_batch % (dp*micro_batch) != 0"], ~divides(d * b, B)),
         (R["microbatches % pp != 0 (interleaved schedule)"], (v > 1) & ~divides(p, microbatches)),
