@@ -14,7 +14,9 @@ import argparse
 import contextlib
 import heapq
 import json
+import math
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,6 +62,10 @@ EXPLAIN_OPTIONS: dict[str, str] = {
     **{k: "gqa|mha|mla" if k == "attention_kind" else "int (README: Model architecture columns)"
        for k in ARCHITECTURE_COLUMNS},
 }
+
+
+#: ``dse explain`` options that take a real number (the rest of the numeric ones take integers).
+REAL_OPTIONS = ("request_rate", "think_time_s", "spec_acceptance")
 
 
 #: Exit status after Ctrl-C (128 + SIGINT), when the reader of the output went away (128 + SIGPIPE), and after
@@ -125,6 +131,10 @@ def _read_config(path: str) -> dict[str, object]:
             raise CliError(f"{path}: key {key!r} is not allowed; allowed keys: {', '.join(EXPLAIN_OPTIONS)}")
         if isinstance(value, (list, dict)):
             raise CliError(f"{path}: key {key!r}: value {value!r} is not allowed; allowed: one {EXPLAIN_OPTIONS[k]}")
+        numeric = EXPLAIN_OPTIONS[k].startswith(("int", "0|1", "0..3")) or k in REAL_OPTIONS
+        if numeric and (isinstance(value, bool) or isinstance(value, float) and not math.isfinite(value)):
+            # YAML's true/false and .nan would pass as 1/0 and as an empty cell (the default)
+            raise CliError(f"{path}: key {key!r}: value {value!r} is not allowed; allowed: {EXPLAIN_OPTIONS[k]}")
         out[k] = value
     return out
 
@@ -160,7 +170,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
     config["task"] = task
     _check_serving_keys(config, origin, task)
     overrides = _calibration(args)
-    row = explain_row(config, overrides)
+    try:
+        row = explain_row(config, overrides)
+    except InputError as exc:  # a missing input is a missing flag here, not a case-file column
+        raise CliError(re.sub(r"missing column '(\w+)' \(required([^;)]*)[^)]*\)",
+                              lambda m: f"--{m.group(1).replace('_', '-')} is required{m.group(2)} (or its key in -f)",
+                              str(exc)).replace("missing column 'dp' or 'gpus' (one of them is required)",
+                                                "--gpus or --dp is required (or its key in -f)")) from exc
     _refuse_what_does_not_divide(row, "dp" in config)
     if task != "train" and args.json:
         from dse.explain import one_output_token
@@ -359,6 +375,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     print(f"calibrate: {len(cases.cases())} case(s), fitting {len(params)} constant(s): "
           f"{', '.join(f'{g}:{c}' for g, c in params)}", flush=True)
     result = calibrate(cases, params, leave_one_out=not args.no_loo)
+    if not np.isfinite(float(result["mape_before_pct"])):  # type: ignore[arg-type]
+        raise CliError(f"calibrate: {', '.join(files)}: no case the model predicts (every row gives no value; "
+                       "`dse validate` names each row's reason)")
     shipped = result["shipped"]
     assert isinstance(shipped, dict)
     constants = result["constants"]

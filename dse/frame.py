@@ -65,6 +65,31 @@ class InputError(ValueError):
 MAX_YAML_BYTES = 1024 * 1024
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (plain YAML keeps the last silently: a
+    spec with ``tp: 1`` and later ``tp: 99`` would sweep 99 without a word)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[object, object]:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key: SafeLoader names it below
+                continue
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", node.start_mark,
+                    f"found the key {key!r} twice; allowed: each key once", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml_text(text: str) -> object:
+    """YAML text parsed safely, a key given twice in one mapping refused (:class:`UniqueKeyLoader`)."""
+    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def read_yaml(path: str | Path, what: str) -> object:
     """The parsed content of a user's YAML file (``what`` it should hold goes into the message); InputError
     naming the file when it is missing, unreadable or not YAML."""
@@ -73,7 +98,7 @@ def read_yaml(path: str | Path, what: str) -> object:
         size = p.stat().st_size
         if size > MAX_YAML_BYTES:
             raise InputError(f"{p}: {size:,} bytes; allowed: a YAML file of at most {MAX_YAML_BYTES:,} bytes ({what})")
-        return yaml.safe_load(p.read_text(encoding="utf-8"))
+        return load_yaml_text(p.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise InputError(f"{p}: no such file") from exc
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
@@ -548,12 +573,12 @@ def _reals(frame: pd.DataFrame, col: str, source: str, valid: Any, allowed: str)
     raw = frame[col]
     blank = _blank(raw)
     vals = pd.to_numeric(raw.where(~blank, np.nan), errors="coerce").to_numpy(np.float64)
-    with np.errstate(invalid="ignore"):
-        bad = ~blank & ~(np.isfinite(vals) & valid(vals))
+    with np.errstate(invalid="ignore"):  # at most INT_DOMAIN_MAX: larger reals overflow the float32 kernels
+        bad = ~blank & ~(np.isfinite(vals) & valid(vals) & (vals <= INT_DOMAIN_MAX))
     if bad.any():
         pos = int(np.flatnonzero(bad)[0])
         raise InputError(f"{_where(source, frame, pos)}, column {col!r}: value {show(raw.iloc[pos])} is not allowed; "
-                         f"allowed: {allowed}")
+                         f"allowed: {allowed}, at most {INT_DOMAIN_MAX:,}")
     return vals
 
 
@@ -613,7 +638,9 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     ep = _integers(frame, "ep", source)  # wide expert parallelism (empty or 1: experts split by tp)
     x["ep"] = np.where(np.isnan(ep), 1.0, ep)
     x["prefill_gpus"] = _integers(frame, "prefill_gpus", source)
-    x["prefill_tp"] = _integers(frame, "prefill_tp", source)
+    # the prefill pool's replicas default to the decode pool's tp (README, column prefill_tp)
+    x["prefill_tp"] = np.where(np.isnan(x["prefill_gpus"]), np.nan,
+                               np.where(np.isnan(pre_tp := _integers(frame, "prefill_tp", source)), x["tp"], pre_tp))
     # a disaggregated deployment's GPUs: the prefill pool's and the decode pool's (tp·pp·dp)
     x["gpus"] = np.where(np.isnan(x["prefill_gpus"]), x["gpus"], x["tp"] * x["pp"] * x["dp"] + x["prefill_gpus"])
     stack_code = np.full(n, -1)

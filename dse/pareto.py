@@ -89,7 +89,18 @@ def parse_objectives(specs: str | Iterable[str]) -> list[Objective]:
     if not out:
         raise ValueError("no objective given: expected COLUMN:DIRECTION with DIRECTION one of "
                          f"{', '.join(DIRECTIONS)} (e.g. step_time_s:min)")
-    return out
+    return _each_once(out)
+
+
+def _each_once(objectives: list[Objective]) -> list[Objective]:
+    """The objectives, each column at most once (a front over one column twice has no meaning)."""
+    seen: set[str] = set()
+    for name, _ in objectives:
+        if name in seen:
+            raise ValueError(f"objective column {name!r} is given twice: "
+                             f"{', '.join(f'{n}:{d}' for n, d in objectives)}; allowed: each column once")
+        seen.add(name)
+    return objectives
 
 
 def as_objectives(objectives: str | Iterable[str | Objective]) -> list[Objective]:
@@ -106,7 +117,7 @@ def as_objectives(objectives: str | Iterable[str | Objective]) -> list[Objective
     if not out:
         raise ValueError("no objective given: expected COLUMN:DIRECTION with DIRECTION one of "
                          f"{', '.join(DIRECTIONS)} (e.g. step_time_s:min)")
-    return out
+    return _each_once(out)
 
 
 def pareto_mask(values: ArrayLike, directions: str | Sequence[str] = "min", groups: ArrayLike | None = None,

@@ -34,6 +34,7 @@ from dse.cost.select import INT_DOMAIN_MAX
 from dse.cost.serving import SERVE_METRICS
 from dse.cost.training import TRAIN_METRICS
 from dse.defaults import CATEGORICAL
+from dse.frame import load_yaml_text
 from dse.hardware.catalog import system_names
 from dse.models.catalog import models as model_catalog
 from dse.stacks import stack_names
@@ -268,6 +269,8 @@ def _float_values(path: str, key: str, raw: object, lo: float = 0.0, zero: bool 
                f"numbers in (0, {hi:g}], as one value or a non-empty list" if math.isfinite(hi) else
                "positive finite numbers (requests/s), as one value or a non-empty list" if lo == 0.0 else
                f"finite numbers of at least {lo:g}, as one value or a non-empty list")
+    hi = min(hi, float(INT_DOMAIN_MAX))  # the float32 kernels' range: larger reals overflow what they multiply
+    allowed += f", at most {INT_DOMAIN_MAX:,}"
     if not values:
         raise _err(path, key, raw, allowed)
     out = []
@@ -303,6 +306,15 @@ _ALLOWED_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.
 FILTER_SYNTAX = ("arithmetic (+ - * / // % **), comparisons (< <= > >= == !=), and / or / not, parentheses, "
                  "numbers, quoted names for categorical columns, and the columns: ")
 FILTER_HELP = FILTER_SYNTAX + ", ".join(FILTER_INPUT_COLUMNS + FILTER_OUTPUT_COLUMNS)
+
+
+def _is_truth_value(node: ast.AST) -> bool:
+    """A filter expression that is true or false per point: a comparison, or and / or / not of such."""
+    if isinstance(node, ast.Compare):
+        return True
+    if isinstance(node, ast.BoolOp):
+        return all(_is_truth_value(v) for v in node.values)
+    return isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) and _is_truth_value(node.operand)
 
 
 class _Elementwise(ast.NodeTransformer):
@@ -440,6 +452,14 @@ def parse_filter(path: str, key: str, text: object, categorical: Mapping[str, tu
                     and abs(exponent.value) <= 64):
                 raise SpecError(f"{path}: {key}: expression {_clip(text)}: an exponent must be a number between -64 "
                                 f"and 64; allowed: {FILTER_HELP}")
+    for node in ast.walk(tree):  # and / or / not combine truth values: comparisons, or and / or / not of them
+        operands = (node.values if isinstance(node, ast.BoolOp)
+                    else [node.operand] if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) else [])
+        for operand in operands:
+            if not _is_truth_value(operand):
+                raise SpecError(f"{path}: {key}: expression {_clip(text)}: 'and', 'or' and 'not' combine comparisons, "
+                                f"not {_clip(ast.unparse(operand), 40)}; allowed: comparisons joined by and / or / not "
+                                f"(e.g. tp <= 4 and not pp == 1); {FILTER_HELP}")
     tree = ast.fix_missing_locations(_Elementwise().visit(tree))
     code = compile(tree, filename=f"<filter {text}>", mode="eval")
 
@@ -628,6 +648,10 @@ def _check_arrival(path: str, key: str, raw: Mapping[str, object], resolved: Map
     """A serve sub-grid's ``arrival`` values agree with its load axes (poisson: request_rate; closed, burst:
     concurrency), and a ``think_time_s`` above 0 comes with a closed loop (concurrency, arrival not only burst)."""
     allowed = ARRIVAL_RULE
+    if "request_rate" in raw and "concurrency" in raw:  # every point would carry both (rows refuse that too)
+        raise SpecError(f"{path}: {key}: request_rate and concurrency are both given; allowed: one of them per "
+                        "sub-grid (request_rate: an open stream of requests/s; concurrency: the clients of a closed "
+                        "loop), or neither for maximum load; sweep both with two sub-grids (grids:)")
     for value in resolved.get("arrival", []):
         needs = "request_rate" if value == "poisson" else "concurrency"
         if needs not in raw:
@@ -677,7 +701,7 @@ def load_spec(path: str | Path) -> Spec:
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"{label}: cannot read the spec: {exc}") from exc
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml_text(text)
     except yaml.YAMLError as exc:
         raise SpecError(f"{label}: not valid YAML: {' '.join(str(exc).split())}; allowed: a YAML mapping with keys "
                         f"{', '.join(TOP_KEYS)}") from exc
@@ -698,7 +722,7 @@ def resolve_spec(data: object, label: str = "<spec>", default_name: str = "sweep
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise _err(label, "name", name, "a name of letters, digits, '.', '_' or '-' (it names results/<name>)")
     task = data.get("task", "train")
-    if task not in TASKS:
+    if not isinstance(task, str) or task not in TASKS:
         raise _err(label, "task", task, ", ".join(TASKS))
     description = data.get("description", "")
     if not isinstance(description, str):

@@ -141,7 +141,7 @@ def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object],
         probe = {**x, "batch": np.where(np.isnan(x["batch"]), 1.0, x["batch"]),
                  "gpus": x["tp"] * x["pp"] * x["dp"]}  # the decode (or only) pool's layout
         reason = _infer_reason(probe).astype(np.int64)
-        tp_p = np.where(np.isnan(x["prefill_tp"]), 1.0, x["prefill_tp"])
+        tp_p = prefill_tp_of(x)
         bad_pool = disagg & ((x["prefill_gpus"] < 1) | (np.fmod(x["prefill_gpus"], tp_p) != 0)
                              | (np.fmod(x["heads"], tp_p) != 0))
         reason = np.where((reason == 0) & bad_pool, codes.REASON_CODE["prefill pool does not divide"], reason)
@@ -299,6 +299,12 @@ def _iteration(c: dict[str, Array], X: Array, parts: dict[str, Array] | None = N
                       "iter_tp_comm_ms": n * tp, "iter_overhead_ms": n * c["overhead"] + host * 1e3,
                       "iter_logits_ms": logits * 1e3, "iter_pp_comm_ms": p2p * 1e3, "iter_draft_ms": draft * 1e3})
     return t_stage, c["compute_token"] * M, c["traffic_pass"] + c["kv_read_token"] * D
+
+
+def prefill_tp_of(x: dict[str, Array]) -> Array:
+    """The tensor-parallel size of the prefill pool's replicas: ``prefill_tp``, or the decode pool's ``tp`` where it
+    is empty (README, column prefill_tp)."""
+    return np.where(np.isnan(x["prefill_tp"]), x["tp"], x["prefill_tp"])
 
 
 def exposed_host_time(host: Array, gpu: Array, overlap: Array) -> Array:
@@ -559,7 +565,7 @@ def kv_transfer(x: dict[str, Array]) -> tuple[Array, Array, Array]:
     rec = layer_record(x)
     nbytes = held_tokens(x["input_len"], rec) * L * rec["kv_cache"] * kv_b
     same, per_gpu = kv_link(x)
-    pairs = np.minimum(np.where(np.isnan(x["prefill_tp"]), 1.0, x["prefill_tp"]), x["tp"] * x["pp"])
+    pairs = np.minimum(prefill_tp_of(x), x["tp"] * x["pp"])
     bw = pairs * per_gpu
     latency = pick(same, x["scaleup_latency_s"], x["scaleout_latency_s"])
     return nbytes, bw, nbytes / bw + latency
@@ -665,7 +671,7 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
     t_d_max, _, _ = _iteration(dec_terms, zero, X_dec=xd_max)
     cap_d = dp * xd_max / t_d_max
     # ---- prefill pool ----
-    tp_p = np.where(np.isnan(x["prefill_tp"]), 1.0, x["prefill_tp"])
+    tp_p = prefill_tp_of(x)
     n_p = x["prefill_gpus"] / tp_p
     xp_in = {**x, "tp": tp_p, "pp": np.ones_like(tp_p)}
     _, rate_p, act_p, wb_p = _rates(xp_in)

@@ -67,6 +67,20 @@ TWO_MATRIX = {"gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "
 LLAMA4_GLOBAL_EVERY = 4
 
 
+#: Columns a config may set to 0 (none of them: no shared expert, no leading dense layer, no MTP module).
+ZERO_ALLOWED = frozenset({"shared_experts", "dense_layers", "mtp"})
+#: The largest size dse computes exactly (float32 integers, dse.spec's INT_DOMAIN_MAX).
+SIZE_MAX = 2**24 - 1
+
+
+def _size(source: str, key: str, value: object, lo: int) -> int:
+    """A config size field as an int: a JSON integer (not true/false) in lo..SIZE_MAX, else ConfigError."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= SIZE_MAX:
+        raise ConfigError(f"{source}: field {key!r}: value {value!r} is not allowed; allowed: an integer >= {lo} and "
+                          f"<= {SIZE_MAX:,}")
+    return value
+
+
 class ConfigError(ValueError):
     """A config.json dse cannot turn into a model: names the file, the field, the value and what is allowed."""
 
@@ -74,7 +88,7 @@ class ConfigError(ValueError):
 def read_config(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = json.loads(p.read_text(encoding="utf-8-sig"))  # a byte-order mark is allowed, as for case files
     except FileNotFoundError as exc:
         raise ConfigError(f"{p}: no such file") from exc
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -97,6 +111,9 @@ def hf_to_model(config: dict[str, Any], source: str = "config.json") -> dict[str
         raise ConfigError(f"{source}: field 'model_type': value {kind!r} is not allowed; allowed: "
                           f"{', '.join(MODEL_TYPES)}")
     fields = dict(config)
+    if config.get("text_config") is not None and not isinstance(config["text_config"], dict):
+        raise ConfigError(f"{source}: field 'text_config': value {config['text_config']!r} is not allowed; allowed: "
+                          "a mapping of the text model's fields (Llama 4)")
     if isinstance(config.get("text_config"), dict):  # Llama 4: the text model
         fields.update(config["text_config"])
     out: dict[str, Any] = {}
@@ -120,6 +137,9 @@ def hf_to_model(config: dict[str, Any], source: str = "config.json") -> dict[str
                 raise ConfigError(f"{source}: field 'hidden_act': value {value!r} is not allowed; allowed: "
                                   f"{', '.join((*GATED, *TWO_MATRIX))}")
         elif col == "global_every":
+            if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+                raise ConfigError(f"{source}: field 'layer_types': value {value!r} is not allowed; allowed: a list of "
+                                  "'sliding_attention' / 'full_attention', one per layer")
             types = list(value)
             bad = sorted({t for t in types if t not in ("sliding_attention", "full_attention")})
             if bad:
@@ -134,11 +154,14 @@ def hf_to_model(config: dict[str, Any], source: str = "config.json") -> dict[str
                                       "every N; allowed: a periodic pattern (one full layer every N)")
                 out["global_every"] = period
         elif col == "tied_embeddings":
-            out[col] = int(bool(value))
-        elif col == "moe_every":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{source}: field {key!r}: value {value!r} is not allowed; allowed: true or false")
             out[col] = int(value)
         else:
-            out[col] = value
+            out[col] = _size(source, key, value, 0 if col in ZERO_ALLOWED else 1)
+    if kind in ("llama4", "llama4_text", "gpt_oss") and fields.get("intermediate_size") is None:
+        raise ConfigError(f"{source}: field 'intermediate_size' missing; required for model_type {kind!r} (the "
+                          "experts' width)" + (" in text_config" if kind == "llama4" else ""))
     if kind in ("llama4", "llama4_text"):
         out["moe_ffn_hidden"] = fields["intermediate_size"]
         out["ffn_hidden"] = fields.get("intermediate_size_mlp", fields["intermediate_size"])
