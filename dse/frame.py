@@ -32,7 +32,7 @@ from dse.defaults import (  # noqa: F401 (re-export)
 )
 from dse.hardware import catalog as hwcat
 from dse.models.catalog import models as model_catalog
-from dse.stacks import apply_stack, fill_serving_settings, stack_names
+from dse.stacks import apply_stack, fill_serving_settings, stack_names, stack_task_mismatch, stacks_for_task
 
 DIMENSION_COLUMNS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts", "top_k")
 PARALLEL_COLUMNS = ("gpus", "tp", "pp", "dp", "cp", "ep", "vpp")
@@ -261,8 +261,11 @@ def check_configuration_cells(frame: pd.DataFrame, source: str) -> None:
                              f"catalogued system; allowed: {', '.join(hwcat.system_names())}")
 
 
-def check_stack(frame: pd.DataFrame, source: str) -> None:
-    """Every non-empty ``stack`` cell names a known stack (InputError listing them otherwise)."""
+def check_stack(frame: pd.DataFrame, source: str, task: str | None = None) -> None:
+    """Every non-empty ``stack`` cell names a known stack (InputError listing them otherwise), and, for the rows
+    of one ``task``, a stack of that task: a training stack sets nothing of a serving engine and an inference
+    engine nothing of a training run (:func:`dse.stacks.stack_task_mismatch`), so either would silently mean the
+    defaults."""
     if "stack" not in frame.columns:
         return
     raw = frame["stack"]
@@ -274,6 +277,16 @@ def check_stack(frame: pd.DataFrame, source: str) -> None:
         raise InputError(f"{_where(source, frame, pos)}, column 'stack': value {show(raw.iloc[pos])} is not a known "
                          f"stack; allowed: {', '.join(stack_names())} (or empty for the current Megatron-core / "
                          "NeMo defaults)")
+    if task is None:
+        return
+    given = names.to_numpy(dtype=object)
+    for name in pd.unique(given[~np.asarray(blank)]):
+        why = stack_task_mismatch(str(name), task)
+        if why:
+            pos = int(np.flatnonzero(given == name)[0])
+            raise InputError(f"{_where(source, frame, pos)}, column 'stack': value {show(raw.iloc[pos])} is not "
+                             f"allowed on a {task!r} row ({why}); allowed: {', '.join(stacks_for_task(task))} (or "
+                             "empty)")
 
 
 def architecture_inputs(frame: pd.DataFrame, x: dict[str, np.ndarray], source: str) -> None:
@@ -331,7 +344,7 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     Raises :class:`InputError` naming the row and column of the first bad cell.
     """
     frame = _fill_dimensions_from_catalog(frame, source)
-    check_stack(frame, source)
+    check_stack(frame, source, "train")
     frame, _ = apply_stack(frame, record=False)  # the stack's profile fills the knobs the row leaves empty
     for col in ("layers", "hidden", "heads", "vocab", "system", "seq_len", "global_batch"):
         if col not in frame.columns:
@@ -445,7 +458,7 @@ def infer_inputs(frame: pd.DataFrame, source: str = "<frame>", task: str = "infe
     ``kv_precision`` auto, and the model defaults of :func:`fill_defaults`.
     """
     frame = _fill_dimensions_from_catalog(frame, source)
-    check_stack(frame, source)
+    check_stack(frame, source, task)
     for col in ("layers", "hidden", "heads", "vocab", "system", "tp", "batch", "input_len", "output_len"):
         if col not in frame.columns:
             raise InputError(f"{source}: missing column {col!r} (required for task {task!r}; see "

@@ -37,7 +37,7 @@ from dse.defaults import CATEGORICAL
 from dse.frame import load_yaml_text
 from dse.hardware.catalog import system_names
 from dse.models.catalog import models as model_catalog
-from dse.stacks import stack_names
+from dse.stacks import stack_names, stack_task_mismatch, stacks_for_task  # noqa: F401 (re-export)
 
 
 class SpecError(ValueError):
@@ -662,28 +662,6 @@ def _check_arrival(path: str, key: str, raw: Mapping[str, object], resolved: Map
             raise SpecError(f"{path}: {key}.think_time_s: value {raw['think_time_s']!r} is not allowed here: a think "
                             "time needs a closed loop; allowed: think_time_s with concurrency (arrival absent or "
                             "closed), or 0")
-
-
-def _training_stack(stack: str) -> bool:
-    from dse.stacks import TRAIN_KNOBS, profile
-
-    return any(k in TRAIN_KNOBS for k in profile(stack))
-
-
-def stack_task_mismatch(stack: str, task: str) -> str | None:
-    """Why ``stack`` cannot fill a ``task`` configuration, or None.  A training stack (its profile sets training
-    knobs: dse/stacks.csv) fills nothing of a serving engine, and an inference engine nothing of a training run,
-    so either on the other task would silently mean the defaults."""
-    training = _training_stack(stack)
-    if task == "train" and not training:
-        return "an inference stack: it sets no training knob"
-    if task != "train" and training:
-        return "a training stack: it sets no serving-engine setting"
-    return None
-
-
-def stacks_for_task(task: str) -> list[str]:
-    return [s for s in stack_names() if stack_task_mismatch(s, task) is None]
 
 
 def load_spec(path: str | Path) -> Spec:

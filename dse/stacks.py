@@ -408,3 +408,24 @@ def knob_tables(names: tuple[str, ...]) -> dict[str, np.ndarray]:
                       else float(vocab.index(v)) for v in parts]
         out[key] = arr
     return out
+
+
+def training_stack(stack: str) -> bool:
+    """A stack whose profile sets training knobs (dse/stacks.csv)."""
+    return any(k in TRAIN_KNOBS for k in profile(stack))
+
+
+def stack_task_mismatch(stack: str, task: str) -> str | None:
+    """Why ``stack`` cannot fill a ``task`` configuration, or None.  A training stack (its profile sets training
+    knobs: dse/stacks.csv) fills nothing of a serving engine, and an inference engine nothing of a training run,
+    so either on the other task would silently mean the defaults."""
+    training = training_stack(stack)
+    if task == "train" and not training:
+        return "an inference stack: it sets no training knob"
+    if task != "train" and training:
+        return "a training stack: it sets no serving-engine setting"
+    return None
+
+
+def stacks_for_task(task: str) -> list[str]:
+    return [s for s in stack_names() if stack_task_mismatch(s, task) is None]

@@ -179,3 +179,23 @@ def test_explain_names_the_missing_flag(capsys, argv, fragment):
     assert main(["explain", *argv]) == 2
     err = capsys.readouterr().err
     assert fragment in err and "Case files" not in err
+
+
+@pytest.mark.parametrize("source,stack", [("megatron_narayanan2021_table1.csv", "vllm-0.11"),
+                                          ("trtllm_0.10.0_serve_a100_h100.csv", "nemo-24.07")])
+def test_a_case_row_with_a_stack_of_the_other_task_exits_2(cwd, capsys, source, stack):
+    """explain and specs refused a training stack on a serving configuration (and the reverse); a case row took it
+    and predicted with the defaults."""
+    import csv
+
+    with open(REPO / "tests" / "reference" / source, newline="") as f:
+        rows = list(csv.DictReader(f))[:2]
+    for row in rows:
+        row["stack"] = stack
+    with open(cwd / "c.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    assert main(["validate", "c.csv"]) == 2
+    err = capsys.readouterr().err
+    assert "column 'stack'" in err and f"value {stack!r} is not allowed on a" in err and "allowed:" in err
