@@ -56,6 +56,9 @@ OPTIONAL_COLUMNS: tuple[str, ...] = ("finetune", "lora_rank", "kv_precision", "m
 #: Internal columns :func:`read_cases` adds: the stack a row named when it was predicted with the nearest documented
 #: one, and why a row is skipped before it is predicted (a stack of no known project).
 STACK_GIVEN, SKIP_REASON = "_stack_given", "_skip_reason"
+#: Internal column: why a row's stack, a known one of the other task, was not applied (the row is predicted with the
+#: defaults and says so, as for a release with no profile; explain, specs and dse.evaluate refuse it outright).
+STACK_OTHER_TASK = "_stack_other_task"
 
 #: Metrics of the schema and the model output each is compared with (None: not modelled yet).
 METRICS: dict[str, str | None] = {
@@ -292,18 +295,29 @@ def _resolve_stacks(frame: pd.DataFrame) -> pd.DataFrame:
     """A release dse has no profile for is predicted with the nearest documented one (the name it gave is kept
     in :data:`STACK_GIVEN`); a stack of no known project marks its rows skipped (:data:`SKIP_REASON`).  The
     work is one step per distinct stack name, never per row."""
-    from dse.stacks import nearest_stack
+    from dse.stacks import nearest_stack, stack_task_mismatch
 
     if "stack" not in frame.columns:
         return frame
     names = _lower_names(frame["stack"], blank_series(frame["stack"]), "")
     unknown = [s for s in pd.unique(names) if s and nearest_stack(s)[1]]
-    if not unknown:
+    tasks = (frame["task"].astype(str).str.strip().str.lower() if "task" in frame.columns
+             else pd.Series("train", index=frame.index))
+    pairs = pd.DataFrame({"stack": names.to_numpy(), "task": tasks.to_numpy()}).drop_duplicates()
+    other = [(s, t, why) for s, t in pairs.itertuples(index=False)
+             if s and s not in unknown and t in ("train", "infer", "serve") and (why := stack_task_mismatch(s, t))]
+    if not unknown and not other:
         return frame
     frame = frame.copy(deep=False)
     given = np.full(len(frame), None, dtype=object)
     skip = np.full(len(frame), None, dtype=object)
+    why_other = np.full(len(frame), None, dtype=object)
     stack = frame["stack"].to_numpy(dtype=object).copy()
+    for name, task, why in other:  # a known stack of the other task sets nothing here: the defaults, said so
+        rows = ((names == name) & (tasks == task)).to_numpy()
+        given[rows], why_other[rows], stack[rows] = name, why, None
+    if other:
+        frame[STACK_OTHER_TASK] = why_other
     for name in unknown:
         rows = (names == name).to_numpy()
         chosen, note = nearest_stack(name)
@@ -405,8 +419,14 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
     if STACK_GIVEN in frame:
         given = frame[STACK_GIVEN].to_numpy(dtype=object)
         has = ~pd.isna(given) & (skipped == None)  # noqa: E711 - elementwise on an object array
+        other = (frame[STACK_OTHER_TASK].to_numpy(dtype=object) if STACK_OTHER_TASK in frame
+                 else np.full(n, None, dtype=object))
+        wrong = has & ~pd.isna(other)
+        has &= pd.isna(other)
         notes[has] = _messages(lambda g, s: f"stack {g!r} has no profile: predicted with {s!r}, the nearest "
                                "documented release", given[has], stacks[has])
+        notes[wrong] = _messages(lambda g, w: f"stack {g!r} is {w}: predicted with the defaults", given[wrong],
+                                 other[wrong])
     results = [CaseResult(c, name, m, meas, p, e, sk, a, st, fs, nt) for c, m, meas, p, e, sk, a, st, fs, nt in zip(
         cases.tolist(), metric.tolist(), measured.tolist(), pred_list, err_list, skipped.tolist(), applied,
         stacks.tolist(), plain, notes.tolist(), strict=True)]
