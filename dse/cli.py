@@ -168,6 +168,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if task not in ("train", "infer", "serve"):
         raise CliError(f"explain: {origin['task']} {config['task']!r} is not allowed; allowed: train, infer, serve")
     config["task"] = task
+    _refuse_keys_of_other_tasks(config, origin, task)
     _check_serving_keys(config, origin, task)
     overrides = _calibration(args)
     try:
@@ -214,6 +215,21 @@ def cmd_explain(args: argparse.Namespace) -> int:
     else:
         print(format_explain(row))
     return 0
+
+
+def _refuse_keys_of_other_tasks(config: dict[str, object], origin: dict[str, str], task: str) -> None:
+    """A setting only another task's kernel reads (``--offload`` with ``--task infer``, ``--request-rate`` with
+    training) would be ignored without a word: exit 2 naming it, its value and the task that reads it."""
+    from dse.cost.inference import INFER_INPUTS
+    from dse.cost.serving import SERVE_INPUTS
+    from dse.cost.training import TRAIN_INPUTS
+
+    reads = {"train": set(TRAIN_INPUTS), "infer": set(INFER_INPUTS), "serve": set(SERVE_INPUTS)}
+    for key, value in config.items():
+        others = [t for t, inputs in reads.items() if key in inputs and t != task]
+        if others and key not in reads[task]:
+            raise CliError(f"explain: {origin[key]} (value {value!r}) is not allowed with task {task!r}: it is a "
+                           f"setting of task {' / '.join(others)}; allowed: leave it out, or --task {others[0]}")
 
 
 def _check_serving_keys(config: dict[str, object], origin: dict[str, str], task: str) -> None:

@@ -210,3 +210,19 @@ def test_a_case_row_with_a_stack_of_the_other_task_says_so(cwd, capsys, source, 
     frame = pd.DataFrame(rows).drop(columns=["case", "metric", "measured", "source"])
     with pytest.raises(InputError, match=f"value {stack!r} is not allowed on a"):
         dse.evaluate(frame)
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["--task", "infer", "--model", "llama3-8b", "--system", "h100-sxm-80gb", "--tp", "1", "--batch", "8",
+      "--input-len", "100", "--output-len", "100", "--offload", "optimizer"],
+     "--offload (value 'optimizer') is not allowed with task 'infer': it is a setting of task train"),
+    (["--task", "serve", "--model", "llama3-8b", "--system", "h100-sxm-80gb", "--tp", "1", "--input-len", "100",
+      "--output-len", "100", "--recompute", "full"], "--recompute (value 'full') is not allowed with task 'serve'"),
+    (["--model", "llama3-8b", "--system", "h100-sxm-80gb", "--gpus", "8", "--seq-len", "4096", "--global-batch",
+      "8", "--request-rate", "2"], "--request-rate (value '2') is not allowed with task 'train'"),
+])
+def test_explain_refuses_a_setting_only_another_task_reads(capsys, argv, fragment):
+    """Issue 21's rule for case rows (an offload value on an inference row exits 2) holds for explain's flags:
+    the other task's settings were ignored without a word."""
+    assert main(["explain", *argv]) == 2
+    assert fragment in capsys.readouterr().err
