@@ -789,3 +789,21 @@ def test_eagle_head_weights_are_one_dense_layer_and_its_fusion_projection():
 def test_eagle_without_an_acceptance_rate_is_refused():
     with pytest.raises(InputError, match="spec_acceptance.*spec_method eagle.*allowed"):
         _eagle_rows(spec_tokens=2, spec_method="eagle")
+
+
+def test_an_ep_that_does_not_divide_the_experts_holds_redundant_slots():
+    """SGLang's EPLB (lmsys.org 2025-05-05: 256 experts + 32 redundant = 288 slots on EP72) and DeepSeek-V3 §3.4:
+    an ep that does not divide the experts holds ceil(E/ep) expert slots per GPU, the extra ones replicas.  DeepSeek-V3
+    on EP72 holds 4 experts per GPU, as on EP64 (256/64), so its weights per GPU are EP64's; EP96 holds 3, EP128 2.
+    It used to be refused (experts % ep != 0)."""
+    rows = pd.DataFrame({"task": "serve", "model": "deepseek-v3", "system": "h200-sxm-141gb", "tp": 1,
+                         "dp": [64, 72, 96, 128], "ep": [64, 72, 96, 128], "gpus": [64, 72, 96, 128],
+                         "precision": "fp8", "input_len": 2000, "output_len": 100})
+    out = evaluate(rows)
+    assert (out["infeasible_reason"] == "").all() and np.isfinite(out["output_tokens_per_s_per_gpu"]).all()
+    w = out["weights_bytes"].to_numpy()
+    assert w[0] == w[1] and w[1] > w[2] > w[3]
+    from dse.models.catalog import models
+    E = float(models().loc["deepseek-v3", "experts"])
+    slot = (w[2] - w[3]) / (3 - 2)  # one expert slot's bytes on every MoE layer
+    assert w[1] - w[3] == pytest.approx(slot * (np.ceil(E / 72) - np.ceil(E / 128)), rel=1e-5)

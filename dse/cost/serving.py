@@ -148,10 +148,9 @@ def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object],
         if disagg.any():  # the KV cache must reach the decode pool: no link, no answer (not 0 requests/s)
             reason = np.where((reason == 0) & disagg & ~(kv_link(x)[1] > 0),
                               codes.REASON_CODE["crosses nodes without scale-out network"], reason)
-        # wide expert parallelism: whole experts on each of ep GPUs that tile the replicas' tp·dp GPUs
+        # wide expert parallelism: whole experts on each of ep GPUs that tile the replicas' tp·dp GPUs (an ep that
+        # does not divide the experts holds redundant slots: expert_slots_per_rank)
         ep = x["ep"]
-        reason = np.where((reason == 0) & (ep > 1) & (np.fmod(x["experts"], ep) != 0),
-                          codes.REASON_CODE["experts % ep != 0"], reason)
         reason = np.where((reason == 0) & (ep > 1) & (np.fmod(x["tp"] * x["dp"], ep) != 0),
                           codes.REASON_CODE["(tp*dp) % ep != 0"], reason)
         reason = np.where((reason == 0) & (np.nan_to_num(x["spec_tokens"]) > 0) & ~(x["mtp"] > 0)
@@ -371,7 +370,18 @@ def expert_parallel_terms(x: dict[str, Array], rec: dict[str, Array], act: Array
     latency = alltoall_time(0.0, t * 0.0 + 1.0, ep, x)
     moe = rec["moe_frac"] * on
     token = moe * 2.0 * k * x["hidden"] * act * per_byte / t  # a replica's tokens split over its tp ranks
-    return (on, pick(on, t, 1.0), pick(on, 1.0 / ep, 1.0), pick(on, ep / t, 1.0), token, moe * 2.0 * latency)
+    share = expert_slots_per_rank(x["experts"], ep) / np.maximum(x["experts"], 1.0)
+    return (on, pick(on, t, 1.0), pick(on, share, 1.0), pick(on, ep / t, 1.0), token, moe * 2.0 * latency)
+
+
+def expert_slots_per_rank(experts: Array, ep: Array) -> Array:
+    """Routed-expert slots on each of ``ep`` GPUs: ⌈E / ep⌉.  When ep does not divide E the engine fills the
+    remainder with replicas of the busiest experts (redundant experts: DeepSeek-V3 technical report, arXiv
+    2412.19437 §3.4, 32 redundant experts in prefill; SGLang's EPLB, lmsys.org 2025-05-05, "32 redundant experts",
+    288 slots for 256 experts on EP72), which balances the tokens over the GPUs: each GPU computes E·k/ep of the
+    routed work, as without them, and holds (and streams) ⌈E / ep⌉ experts' weights.  ASSUMPTION where a row does
+    not say: the fewest redundant experts that make the slots divide, ⌈E / ep⌉·ep − E."""
+    return np.ceil(experts / np.maximum(ep, 1.0))
 
 
 def _fixed_point(t_of: Any, lam: Array, cap: Array, affine: bool = False) -> Array:
@@ -608,7 +618,9 @@ def _kv_capacity(x: dict[str, Array], budget: Array, rec: dict[str, Array] | Non
     kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
     frac = np.where(np.isnan(x["kv_memory_fraction"]), DEFAULT_KV_MEMORY_FRACTION, x["kv_memory_fraction"])
     block = np.where(np.isnan(x["kv_block_tokens"]), DEFAULT_KV_BLOCK_TOKENS, x["kv_block_tokens"])
-    p_layer = infer_layer_params(rec, h, E, t, expert_split=np.where(x["ep"] > 1, x["ep"], t))
+    # ep > 1: ⌈E/ep⌉ expert slots per GPU (expert_slots_per_rank), i.e. E split E/⌈E/ep⌉ ways
+    p_layer = infer_layer_params(rec, h, E, t, expert_split=np.where(
+        x["ep"] > 1, np.maximum(E, 1.0) / np.maximum(expert_slots_per_rank(E, x["ep"]), 1.0), t))
     untied = mask(x["tied_embeddings"] <= 0, p)
     single = mask(p <= 1, p)
     draft_params, draft_layers = drafter_size(x, rec)
