@@ -343,6 +343,8 @@ def format_explain_serve(row: pd.Series) -> str:
     lines += ["", "Steady state",
               f"  {'output tokens/s (deployment)':<40s} {float(row['output_tokens_per_s']):12.1f}",
               f"  {'output tokens/s per GPU':<40s} {float(row['output_tokens_per_s_per_gpu']):12.1f}",
+              f"  {'  decoding only (prompts elsewhere)':<40s} "
+              f"{float(row['decode_tokens_per_s_per_gpu']):12.1f}",
               f"  {'requests/s':<40s} {float(row['requests_per_s']):12.3f}",
               f"  {'concurrent requests (deployment)':<40s} {float(row['running_requests']):12.1f}",
               f"  {'KV cache capacity (requests per replica)':<40s} {float(row['kv_capacity_requests']):12.0f}",

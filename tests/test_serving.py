@@ -807,3 +807,17 @@ def test_an_ep_that_does_not_divide_the_experts_holds_redundant_slots():
     E = float(models().loc["deepseek-v3", "experts"])
     slot = (w[2] - w[3]) / (3 - 2)  # one expert slot's bytes on every MoE layer
     assert w[1] - w[3] == pytest.approx(slot * (np.ceil(E / 72) - np.ceil(E / 128)), rel=1e-5)
+
+
+def test_decode_only_throughput_is_the_decode_pool_capacity_aggregated_or_not():
+    """decode_tokens_per_s_per_gpu (what disaggregated benchmarks of the decode pool alone report) is the decode
+    replicas' capacity at their batch or KV limit: the aggregated kernel and the disaggregated one (whose decode
+    pool is the row's layout) compute it on their own paths and agree; it exceeds the aggregated throughput per
+    GPU, which also spends the GPUs on the prompts."""
+    base = {"task": "serve", "model": "llama3.3-70b", "system": "h100-sxm-80gb", "tp": 2, "dp": 2, "gpus": 4,
+            "precision": "fp8", "input_len": 2000, "output_len": 200}
+    rows = pd.DataFrame([base, {**base, "prefill_gpus": 64, "prefill_tp": 8, "gpus": 68}])
+    out = evaluate(rows)
+    agg, dis = out["decode_tokens_per_s_per_gpu"]
+    assert agg == pytest.approx(dis, rel=1e-5)
+    assert agg > 2.0 * out["output_tokens_per_s_per_gpu"][0]

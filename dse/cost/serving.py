@@ -100,6 +100,7 @@ SERVE_METRICS: tuple[str, ...] = (
     "kv_capacity_requests", "weights_bytes", "kv_cache_bytes", "mem_total_bytes", "energy_per_output_token_j",
     "iter_gemm_ms", "iter_prefill_attention_ms", "iter_decode_attention_ms", "iter_elementwise_ms", "iter_tp_comm_ms",
     "iter_overhead_ms", "iter_logits_ms", "iter_pp_comm_ms", "iter_draft_ms", "kv_transfer_s",
+    "decode_tokens_per_s_per_gpu",
 )
 #: The parts of ``iteration_ms`` (one stage's iteration; they sum to it).
 ITERATION_PARTS: tuple[str, ...] = ("iter_gemm_ms", "iter_prefill_attention_ms", "iter_decode_attention_ms",
@@ -304,6 +305,22 @@ def prefill_tp_of(x: dict[str, Array]) -> Array:
     """The tensor-parallel size of the prefill pool's replicas: ``prefill_tp``, or the decode pool's ``tp`` where it
     is empty (README, column prefill_tp)."""
     return np.where(np.isnan(x["prefill_tp"]), x["tp"], x["prefill_tp"])
+
+
+def decode_pool_throughput(terms: dict[str, Array], running: Array, output_len: Array, pp: Array,
+                           replica_gpus: Array) -> Array:
+    """Output tokens/s per GPU of a replica that only decodes, its prompts prefilled elsewhere at no cost to it:
+    ``running`` requests per replica (its batch or KV limit) in decode passes of running/pp decode tokens each
+    (:func:`_iteration` with no prompt), each request yielding output_len tokens over its decode steps,
+    R = running / (pp · steps · t_pass) requests/s, R·output_len / (tp·pp) tokens/s per GPU.
+
+    It is what benchmarks of disaggregated decode report when they test the decode pool alone with the prefill
+    side "unlimited" (SGLang's large-scale expert-parallel posts, ``tests/cases/sglang_large_ep_decode.csv``),
+    and the decode pool's capacity when sizing prefill against decode."""
+    life = np.maximum(terms["decode_len"], 1.0)
+    x_dec = running / pp / life
+    t_pass, _, _ = _iteration(terms, 0.0 * x_dec, X_dec=x_dec)
+    return x_dec / t_pass * output_len / replica_gpus
 
 
 def exposed_host_time(host: Array, gpu: Array, overlap: Array) -> Array:
@@ -682,6 +699,7 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
     xd_max = c_max / p / life
     t_d_max, _, _ = _iteration(dec_terms, zero, X_dec=xd_max)
     cap_d = dp * xd_max / t_d_max
+    decode_pool = cap_d * s_out / (x["tp"] * p * dp)  # per decode GPU (decode_pool_throughput)
     # ---- prefill pool ----
     tp_p = prefill_tp_of(x)
     n_p = x["prefill_gpus"] / tp_p
@@ -762,7 +780,7 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
         "kv_capacity_requests": dec["capacity"], "weights_bytes": dec["weights"], "kv_cache_bytes": kv_used,
         "mem_total_bytes": dec["weights"] + dec["activations"] + kv_used + K.RUNTIME_RESERVED_BYTES,
         "energy_per_output_token_j": gpus * x["tdp_w"] / np.maximum(out_tps, 1e-30),
-        "kv_transfer_s": t_kv, **split,
+        "kv_transfer_s": t_kv, "decode_tokens_per_s_per_gpu": decode_pool, **split,
         "fits": (dec["capacity"] >= 1.0) & (pre_mem["capacity"] >= 1.0), "overloaded": overloaded, "limit": limit,
     }
 
@@ -796,6 +814,7 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
     X_max = np.minimum(by_concurrency, by_budget)
     t_max, _, _ = _iteration(terms, X_max)
     req_capacity = dp * X_max / t_max  # requests/s the deployment serves at most
+    decode_pool = decode_pool_throughput(terms, c_max, s_out, p, x["gpus"] / dp)
 
     # ---- under a given request rate: Little's law, fixed point --------------------------------------------
     lam = x["request_rate"]
@@ -892,5 +911,6 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
         "kv_capacity_requests": kv_capacity, "weights_bytes": weights, "kv_cache_bytes": kv_used,
         "mem_total_bytes": weights + activations + kv_used + K.RUNTIME_RESERVED_BYTES,
         "energy_per_output_token_j": x["gpus"] * x["tdp_w"] / np.maximum(out_tps, 1e-30),
-        "kv_transfer_s": 0.0 * tpot, **split, "fits": fits, "overloaded": overloaded, "limit": limit,
+        "kv_transfer_s": 0.0 * tpot, "decode_tokens_per_s_per_gpu": decode_pool, **split, "fits": fits,
+        "overloaded": overloaded, "limit": limit,
     }

@@ -70,13 +70,15 @@ METRICS: dict[str, str | None] = {
     "ttft_s": "ttft_s",
     "output_tokens_per_s_per_gpu": "output_tokens_per_s_per_gpu",
     "tpot_s": "tpot_s",
+    "decode_tokens_per_s_per_gpu": "decode_tokens_per_s_per_gpu",
     "peak_memory_gb": "peak_memory_gb",
 }
 #: The tasks each metric belongs to.
 METRIC_TASKS: dict[str, tuple[str, ...]] = {
     "step_time_s": ("train",), "model_tflops_per_gpu": ("train",), "tokens_per_s_per_gpu": ("train",),
     "layer_time_ms": ("train",), "e2e_latency_s": ("infer",), "ttft_s": ("infer", "serve"),
-    "output_tokens_per_s_per_gpu": ("infer", "serve"), "tpot_s": ("infer", "serve"), "peak_memory_gb": ("train",)}
+    "output_tokens_per_s_per_gpu": ("infer", "serve"), "tpot_s": ("infer", "serve"), "peak_memory_gb": ("train",),
+    "decode_tokens_per_s_per_gpu": ("serve",)}
 TASKS = ("train", "infer", "serve")
 #: Tasks the cost model evaluates today; rows of the others are read, checked and reported as skipped.
 MODELLED_TASKS = ("train", "infer", "serve")
