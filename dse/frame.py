@@ -269,24 +269,22 @@ def check_stack(frame: pd.DataFrame, source: str, task: str | None = None) -> No
     if "stack" not in frame.columns:
         return
     raw = frame["stack"]
-    blank = _blank(raw)
-    names = _lower_names(raw, blank, "")
-    ok = (names.isin(stack_names()) | blank).to_numpy()
-    if not ok.all():
-        pos = int(np.flatnonzero(~ok)[0])
-        raise InputError(f"{_where(source, frame, pos)}, column 'stack': value {show(raw.iloc[pos])} is not a known "
-                         f"stack; allowed: {', '.join(stack_names())} (or empty for the current Megatron-core / "
-                         "NeMo defaults)")
-    if task is None:
-        return
-    given = names.to_numpy(dtype=object)
-    for name in pd.unique(given[~np.asarray(blank)]):
-        why = stack_task_mismatch(str(name), task)
+    codes_, distinct = pd.factorize(raw)  # a table names a few stacks: each distinct cell is checked once
+    cells_ = pd.Series(np.asarray(distinct, dtype=object), dtype=object)
+    empty = _blank(cells_)
+    names = _lower_names(cells_, empty, "").to_numpy(dtype=object)
+    known = set(stack_names())
+    for i, name in enumerate(names):
+        why = None
+        if not empty[i] and name not in known:
+            why = (f"is not a known stack; allowed: {', '.join(stack_names())} (or empty for the current "
+                   "Megatron-core / NeMo defaults)")
+        elif not empty[i] and task is not None and (mismatch := stack_task_mismatch(str(name), task)):
+            why = (f"is not allowed on a {task!r} row ({mismatch}); allowed: {', '.join(stacks_for_task(task))} "
+                   "(or empty)")
         if why:
-            pos = int(np.flatnonzero(given == name)[0])
-            raise InputError(f"{_where(source, frame, pos)}, column 'stack': value {show(raw.iloc[pos])} is not "
-                             f"allowed on a {task!r} row ({why}); allowed: {', '.join(stacks_for_task(task))} (or "
-                             "empty)")
+            pos = int(np.flatnonzero(codes_ == i)[0])
+            raise InputError(f"{_where(source, frame, pos)}, column 'stack': value {show(raw.iloc[pos])} {why}")
 
 
 def architecture_inputs(frame: pd.DataFrame, x: dict[str, np.ndarray], source: str) -> None:

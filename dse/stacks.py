@@ -283,7 +283,9 @@ def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAI
     filled: list[dict[str, object]] = [empty] * len(frame)
     if "stack" not in frame.columns or not len(frame):
         return frame, filled
-    names = _lower_names(frame["stack"], _blank(frame["stack"]), "")
+    codes_, distinct = pd.factorize(frame["stack"])  # a table names a few stacks: each cell read once per distinct
+    cells = pd.Series(np.asarray(distinct, dtype=object), dtype=object)
+    names = _lower_names(cells, _blank(cells), "").to_numpy(dtype=object)
     present = [s for s in pd.unique(names) if s]
     if not present:
         return frame, filled
@@ -296,7 +298,7 @@ def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAI
     n = len(frame)
     uneven: np.ndarray | None = None  # rows a when_uneven stack splits with the embedding and the loss
     for stack in present:
-        rows = (names == stack).to_numpy()
+        rows = np.isin(codes_, np.flatnonzero(names == stack))
         for key, value in profile(stack).items():
             if key not in knobs or value == "auto":
                 continue
@@ -343,7 +345,7 @@ def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAI
             if record:  # what validate --json reports (tables skip it)
                 bits[target] |= np.int64(1) << bit_of.setdefault(key, len(bit_of))
     if record and bits.any():
-        name_code, name_values = pd.factorize(names.to_numpy(dtype=object))
+        name_code, name_values = pd.factorize(np.append(names, "")[codes_])  # per row; a missing cell (-1): ""
         stage = zero_stage_index(_zero_stage(frame))
         split = np.zeros(n, dtype=np.int64) if uneven is None else uneven.astype(np.int64)
         combo_key = (name_code.astype(np.int64) << 41) | (bits << 4) | (split << 3) | (stage << 1) | (vpp > 1)
