@@ -153,6 +153,15 @@ def to_float(raw: pd.Series, empty: np.ndarray) -> np.ndarray:
     return pd.to_numeric(raw.where(~empty, np.nan), errors="coerce").to_numpy(dtype=np.float64)
 
 
+def distinct_lower_names(raw: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, names): each cell's index into ``names``, the column's distinct cells as stripped lower-case names
+    ("" for an empty one; a missing cell has code -1).  For a column of a few distinct names (a stack, a model)
+    every check and lookup then runs once per name, not once per row."""
+    codes, distinct = pd.factorize(raw)
+    cells = pd.Series(np.asarray(distinct, dtype=object), dtype=object)
+    return np.asarray(codes), lower_names(cells, blank(cells), "").to_numpy(dtype=object)
+
+
 def lower_names(raw: pd.Series, empty: np.ndarray, default: str) -> pd.Series:
     """Cells as stripped lower-case names (``default`` where ``empty``), vectorized through Arrow strings."""
     if is_categorical(raw):  # per distinct cell, and a Categorical again: comparisons and uniques on codes

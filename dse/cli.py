@@ -16,7 +16,6 @@ import heapq
 import json
 import math
 import os
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,7 +25,7 @@ import pandas as pd
 
 from dse import __version__
 from dse.cost.architecture import ARCHITECTURE_COLUMNS
-from dse.frame import CATEGORICAL, InputError, read_yaml
+from dse.frame import CATEGORICAL, InputError, MissingColumn, read_yaml
 from dse.spec import SpecError
 
 #: ``dse explain`` options: schema column → type shown in --help.
@@ -173,11 +172,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
     overrides = _calibration(args)
     try:
         row = explain_row(config, overrides)
-    except InputError as exc:  # a missing input is a missing flag here, not a case-file column
-        raise CliError(re.sub(r"missing column '(\w+)' \(required([^;)]*)[^)]*\)",
-                              lambda m: f"--{m.group(1).replace('_', '-')} is required{m.group(2)} (or its key in -f)",
-                              str(exc)).replace("missing column 'dp' or 'gpus' (one of them is required)",
-                                                "--gpus or --dp is required (or its key in -f)")) from exc
+    except MissingColumn as exc:  # a missing input is a missing flag here, not a case-file column
+        flags = " or ".join(f"--{c.replace('_', '-')}" for c in exc.columns)
+        raise CliError(f"explain: {flags} is required" + (f" for task {exc.task!r}" if exc.task else "")
+                       + " (or its key in -f)") from exc
     _refuse_what_does_not_divide(row, "dp" in config)
     if task != "train" and args.json:
         from dse.explain import one_output_token

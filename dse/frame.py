@@ -61,6 +61,18 @@ class InputError(ValueError):
     """Bad input table: the message names the source, the row, the column, the value and what is allowed."""
 
 
+class MissingColumn(InputError):
+    """A required column the table lacks: ``columns`` (one of them required when several), ``task`` (or "")."""
+
+    def __init__(self, source: str, columns: tuple[str, ...], task: str = "") -> None:
+        self.columns, self.task = columns, task
+        what = (f"column {columns[0]!r}" if len(columns) == 1
+                else "column " + " or ".join(repr(c) for c in columns))
+        need = ("required" + (f" for task {task!r}" if task else "") if len(columns) == 1
+                else "one of them is required")
+        super().__init__(f"{source}: missing {what} ({need}; see README.md, section 'Case files')")
+
+
 #: Largest YAML input read (configurations, assumptions, calibrations are a few kB): checked before parsing.
 MAX_YAML_BYTES = 1024 * 1024
 
@@ -269,17 +281,14 @@ def check_stack(frame: pd.DataFrame, source: str, task: str | None = None) -> No
     if "stack" not in frame.columns:
         return
     raw = frame["stack"]
-    codes_, distinct = pd.factorize(raw)  # a table names a few stacks: each distinct cell is checked once
-    cells_ = pd.Series(np.asarray(distinct, dtype=object), dtype=object)
-    empty = _blank(cells_)
-    names = _lower_names(cells_, empty, "").to_numpy(dtype=object)
+    codes_, names = cells.distinct_lower_names(raw)  # a table names a few stacks: each checked once
     known = set(stack_names())
     for i, name in enumerate(names):
         why = None
-        if not empty[i] and name not in known:
+        if name and name not in known:
             why = (f"is not a known stack; allowed: {', '.join(stack_names())} (or empty for the current "
                    "Megatron-core / NeMo defaults)")
-        elif not empty[i] and task is not None and (mismatch := stack_task_mismatch(str(name), task)):
+        elif name and task is not None and (mismatch := stack_task_mismatch(str(name), task)):
             why = (f"is not allowed on a {task!r} row ({mismatch}); allowed: {', '.join(stacks_for_task(task))} "
                    "(or empty)")
         if why:
@@ -346,9 +355,9 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     frame, _ = apply_stack(frame, record=False)  # the stack's profile fills the knobs the row leaves empty
     for col in ("layers", "hidden", "heads", "vocab", "system", "seq_len", "global_batch"):
         if col not in frame.columns:
-            raise InputError(f"{source}: missing column {col!r} (required; see README.md, section 'Case files')")
+            raise MissingColumn(source, (col,))
     if "dp" not in frame.columns and "gpus" not in frame.columns:
-        raise InputError(f"{source}: missing column 'dp' or 'gpus' (one of them is required)")
+        raise MissingColumn(source, ("gpus", "dp"))
     x: dict[str, np.ndarray] = {}
     for name in ("layers", "hidden", "heads", "vocab", "seq_len", "global_batch"):
         x[name] = _required_integers(frame, name, source)
@@ -459,8 +468,7 @@ def infer_inputs(frame: pd.DataFrame, source: str = "<frame>", task: str = "infe
     check_stack(frame, source, task)
     for col in ("layers", "hidden", "heads", "vocab", "system", "tp", "batch", "input_len", "output_len"):
         if col not in frame.columns:
-            raise InputError(f"{source}: missing column {col!r} (required for task {task!r}; see "
-                             "README.md, section 'Case files')")
+            raise MissingColumn(source, (col,), task)
     x: dict[str, np.ndarray] = {}
     for name in ("layers", "hidden", "heads", "vocab", "tp", "batch", "input_len", "output_len"):
         x[name] = _required_integers(frame, name, source, task=task)
@@ -649,9 +657,11 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     ep = _integers(frame, "ep", source)  # wide expert parallelism (empty or 1: experts split by tp)
     x["ep"] = np.where(np.isnan(ep), 1.0, ep)
     x["prefill_gpus"] = _integers(frame, "prefill_gpus", source)
-    # the prefill pool's replicas default to the decode pool's tp (README, column prefill_tp)
-    x["prefill_tp"] = np.where(np.isnan(x["prefill_gpus"]), np.nan,
-                               np.where(np.isnan(pre_tp := _integers(frame, "prefill_tp", source)), x["tp"], pre_tp))
+    from dse.cost.serving import prefill_tp_of
+
+    # the prefill pool's replicas default to the decode pool's tp (serving.prefill_tp_of), shown as resolved
+    x["prefill_tp"] = np.where(np.isnan(x["prefill_gpus"]), np.nan, prefill_tp_of(
+        {"prefill_tp": _integers(frame, "prefill_tp", source), "tp": x["tp"]}))
     # a disaggregated deployment's GPUs: the prefill pool's and the decode pool's (tp·pp·dp)
     x["gpus"] = np.where(np.isnan(x["prefill_gpus"]), x["gpus"], x["tp"] * x["pp"] * x["dp"] + x["prefill_gpus"])
     stack_code = np.full(n, -1)

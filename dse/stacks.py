@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 from dse import codes
 from dse.cells import arrow_text as _arrow_text
 from dse.cells import blank as _blank
-from dse.cells import is_categorical, to_float
+from dse.cells import distinct_lower_names, is_categorical, to_float
 from dse.cells import lower_names as _lower_names
 from dse.defaults import DEFAULT_ZERO
 
@@ -283,9 +283,7 @@ def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAI
     filled: list[dict[str, object]] = [empty] * len(frame)
     if "stack" not in frame.columns or not len(frame):
         return frame, filled
-    codes_, distinct = pd.factorize(frame["stack"])  # a table names a few stacks: each cell read once per distinct
-    cells = pd.Series(np.asarray(distinct, dtype=object), dtype=object)
-    names = _lower_names(cells, _blank(cells), "").to_numpy(dtype=object)
+    codes_, names = distinct_lower_names(frame["stack"])  # a table names a few stacks: each read once
     present = [s for s in pd.unique(names) if s]
     if not present:
         return frame, filled

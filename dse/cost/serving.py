@@ -307,20 +307,18 @@ def prefill_tp_of(x: dict[str, Array]) -> Array:
     return np.where(np.isnan(x["prefill_tp"]), x["tp"], x["prefill_tp"])
 
 
-def decode_pool_throughput(terms: dict[str, Array], running: Array, output_len: Array, pp: Array,
-                           replica_gpus: Array) -> Array:
-    """Output tokens/s per GPU of a replica that only decodes, its prompts prefilled elsewhere at no cost to it:
-    ``running`` requests per replica (its batch or KV limit) in decode passes of running/pp decode tokens each
-    (:func:`_iteration` with no prompt), each request yielding output_len tokens over its decode steps,
-    R = running / (pp · steps · t_pass) requests/s, R·output_len / (tp·pp) tokens/s per GPU.
+def decode_pool_rate(terms: dict[str, Array], running: Array, pp: Array) -> Array:
+    """Requests/s one replica finishes when it only decodes, its prompts prefilled elsewhere at no cost to it:
+    ``running`` requests (its batch or KV limit) in decode passes of running/pp decode tokens each
+    (:func:`_iteration` with no prompt), R = running / (pp · steps · t_pass).
 
-    It is what benchmarks of disaggregated decode report when they test the decode pool alone with the prefill
-    side "unlimited" (SGLang's large-scale expert-parallel posts, ``tests/cases/sglang_large_ep_decode.csv``),
-    and the decode pool's capacity when sizing prefill against decode."""
-    life = np.maximum(terms["decode_len"], 1.0)
-    x_dec = running / pp / life
+    The decode pool's capacity of a disaggregated deployment; per GPU and times output_len it is the output
+    ``decode_tokens_per_s_per_gpu`` of every serving row, what benchmarks of disaggregated decode report when they
+    test the decode pool alone with the prefill side "unlimited" (SGLang's large-scale expert-parallel posts,
+    ``tests/cases/sglang_large_ep_decode.csv``)."""
+    x_dec = running / pp / np.maximum(terms["decode_len"], 1.0)
     t_pass, _, _ = _iteration(terms, 0.0 * x_dec, X_dec=x_dec)
-    return x_dec / t_pass * output_len / replica_gpus
+    return x_dec / t_pass
 
 
 def exposed_host_time(host: Array, gpu: Array, overlap: Array) -> Array:
@@ -697,9 +695,8 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
     dec_terms = _iteration_terms(x, rate, act, wb, rec)
     life = np.maximum(dec_terms["decode_len"], 1.0)  # decode steps (fewer with speculative decoding)
     xd_max = c_max / p / life
-    t_d_max, _, _ = _iteration(dec_terms, zero, X_dec=xd_max)
-    cap_d = dp * xd_max / t_d_max
-    decode_pool = cap_d * s_out / (x["tp"] * p * dp)  # per decode GPU (decode_pool_throughput)
+    cap_d = dp * decode_pool_rate(dec_terms, c_max, p)
+    decode_pool = cap_d * s_out / (x["tp"] * p * dp)  # per decode GPU
     # ---- prefill pool ----
     tp_p = prefill_tp_of(x)
     n_p = x["prefill_gpus"] / tp_p
@@ -814,7 +811,7 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
     X_max = np.minimum(by_concurrency, by_budget)
     t_max, _, _ = _iteration(terms, X_max)
     req_capacity = dp * X_max / t_max  # requests/s the deployment serves at most
-    decode_pool = decode_pool_throughput(terms, c_max, s_out, p, x["gpus"] / dp)
+    decode_pool = decode_pool_rate(terms, c_max, p) * s_out / (x["tp"] * p)  # per GPU, prompts elsewhere
 
     # ---- under a given request rate: Little's law, fixed point --------------------------------------------
     lam = x["request_rate"]
