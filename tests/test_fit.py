@@ -59,3 +59,35 @@ def test_moe_host_constant_is_the_fit_optimum():
     f0 = objective(x0)
     for factor in (0.98, 1.02):
         assert objective(x0 * factor) >= f0 * (1 - 1e-3)
+
+
+def test_engine_allreduce_constants_are_the_kernel_fit():
+    """infer_allreduce_eff and infer_allreduce_latency_us in efficiency.csv are the least-squares fit of
+    t = α + S·2(n−1)/n / busbw to TensorRT-LLM's measured custom all-reduce kernels (tests/kernels/
+    trtllm_custom_allreduce.csv, from ai-dynamo/aiconfigurator @095f58a), rounded; Ada's is the L40S server's."""
+    import pandas as pd
+
+    from dse.hardware.catalog import efficiency
+    from dse.validation.fit import engine_allreduce_constants
+    from tests.conftest import REPO
+
+    table = pd.read_csv(REPO / "tests" / "kernels" / "trtllm_custom_allreduce.csv")
+    eff = efficiency()
+    for generation, (fraction, alpha_us) in engine_allreduce_constants(table).items():
+        assert float(eff.loc[generation, "infer_allreduce_eff"]) == pytest.approx(fraction, abs=6e-4), generation
+        assert float(eff.loc[generation, "infer_allreduce_latency_us"]) == pytest.approx(alpha_us, abs=0.06), generation
+
+
+def test_engine_allreduce_is_slower_than_nccl_large_message_rate():
+    """At the message sizes of a serving iteration an engine's all-reduce kernel does not reach NCCL's
+    large-message NVLink SHARP bus bandwidth (~480 GB/s on H100, nccl-tests issues 212/290): TensorRT-LLM's
+    measured 8-GPU all-reduce of 33.5 MB (2048 tokens x 8192 x bf16) takes 198.5 us (aiconfigurator table), and
+    the shipped Hopper constants put it within 25 % of that, where the NCCL rate would say 132 us."""
+    from dse.cost.network import allreduce_time, engine_tp_links
+    from dse.hardware.catalog import hardware_table, system_names
+
+    hw = {k: v[[system_names().index("h100-sxm-80gb")]] for k, v in hardware_table().items()}
+    n = np.array([8.0])
+    t = allreduce_time(33554432.0, n, engine_tp_links(n, hw))[0]
+    assert t == pytest.approx(198.5e-6, rel=0.25)
+    assert t > 33554432.0 * 1.75 / hw["scaleup_allreduce_bw"][0] + hw["scaleup_latency_s"][0]

@@ -45,7 +45,7 @@ from dse.cost.architecture import (
     model_input,
 )
 from dse.cost.compute import gemm_bytes, gemm_flops
-from dse.cost.network import allreduce_time, group_links, p2p_time, spans_domains
+from dse.cost.network import allreduce_time, engine_tp_links, p2p_time, spans_domains
 from dse.cost.select import INT_DOMAIN_MAX, divides, mask, pick
 from dse.hardware.catalog import HARDWARE_COLUMNS
 
@@ -259,7 +259,7 @@ def _infer(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one form
     swiglu = mask(x["mlp"] == codes.MLP_SWIGLU, x["mlp"])
     ffn_tok = (rec["ffn_dense"] + rec["moe_frac"] * (1.0 + moe * (x["top_k"] - 1.0)) * rec["ffn_moe"]) / t
     n_fc1 = (rec["n_mlp"] - 1.0) * ffn_tok
-    tp_links = group_links(np.ones_like(t), t, x)
+    tp_links = engine_tp_links(t, x)
 
     # ---- prefill: batch · input_len tokens ---------------------------------------------------------------
     T = b * s_in

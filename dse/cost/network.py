@@ -60,6 +60,19 @@ def group_links(stride: Array, size: Array, hw: dict[str, Array]) -> GroupLinks:
     return GroupLinks(ring, allreduce, link_latency(across, hw), across)
 
 
+def engine_tp_links(size: Array, hw: dict[str, Array]) -> GroupLinks:
+    """The tensor-parallel group of an inference engine: inside a scale-up domain its all-reduce runs the engine's
+    own kernels (TensorRT-LLM's, vLLM's and SGLang's custom all-reduce) at the message sizes of its iterations
+    (tens of KB to tens of MB), which reach a lower bus bandwidth than NCCL's large-message (NVLink SHARP) rate:
+    ``infer_allreduce_bw`` and ``infer_allreduce_latency_s``, fitted per generation on measured kernel tables
+    (dse/hardware/efficiency.csv).  A group that spans domains keeps :func:`group_links`' network bound."""
+    links = group_links(np.ones_like(size), size, hw)
+    inside = 1.0 - links.across
+    allreduce = links.allreduce_bw + inside * (hw["infer_allreduce_bw"] - links.allreduce_bw)
+    latency = links.latency + inside * (hw["infer_allreduce_latency_s"] - links.latency)
+    return GroupLinks(links.ring_bw, allreduce, latency, links.across)
+
+
 def link_latency(crosses_domain: Array, hw: dict[str, Array]) -> Array:
     """α of a transfer: the scale-up link's, or the scale-out network's where it leaves the domain
     (``crosses_domain`` a 0/1 mask or boolean)."""

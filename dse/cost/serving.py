@@ -77,7 +77,7 @@ from dse.cost.inference import (
     kv_bytes_per_value,
     layer_gemm_terms,
 )
-from dse.cost.network import allreduce_terms, alltoall_time, group_links, p2p_link, spans_domains
+from dse.cost.network import allreduce_terms, alltoall_time, engine_tp_links, p2p_link, spans_domains
 from dse.cost.select import mask, pick
 from dse.hardware.catalog import HARDWARE_COLUMNS
 
@@ -225,7 +225,7 @@ def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array,
     decode_attention, kv_read = decode_attention_time(ctx, x, kvh, kv_b, rec)  # per decode token; KV it reads
     act_bytes = pick(mask(x["mlp"] == codes.MLP_SWIGLU, h), K.ACTIVATION_FWD_BYTES_SWIGLU,
                      K.ACTIVATION_FWD_BYTES_2MAT)
-    ar_per_byte, ar_latency = allreduce_terms(t, group_links(np.ones_like(t), t, x))
+    ar_per_byte, ar_latency = allreduce_terms(t, engine_tp_links(t, x))
     tp_on = mask(t > 1, t)
     p2p_bw, p2p_latency = p2p_link(spans_domains(t, p, x["scaleup_gpus"]), x)
     pp_on = mask(p > 1, p)

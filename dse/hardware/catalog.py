@@ -34,6 +34,8 @@ HARDWARE_COLUMNS: tuple[str, ...] = (
     "scaleout_bw",
     "scaleup_latency_s",
     "scaleout_latency_s",
+    "infer_allreduce_bw",
+    "infer_allreduce_latency_s",
     "infer_matmul_fp16_rate",
     "infer_matmul_fp8_rate",
     "infer_matmul_fp4_rate",
@@ -62,8 +64,10 @@ EFFICIENCY_COLUMNS: tuple[str, ...] = (
     "infer_matmul_eff_fp8",
     "infer_matmul_eff_fp4",
     "infer_attention_eff",
+    "infer_allreduce_eff",
     "scaleup_latency_us",
     "scaleout_latency_us",
+    "infer_allreduce_latency_us",
     "layer_overhead_us",
     "layer_overhead_graphs_us",
     "mmha_elements_per_clk",
@@ -71,7 +75,7 @@ EFFICIENCY_COLUMNS: tuple[str, ...] = (
 )
 #: Dimensionless fractions among the efficiency constants (then latencies in microseconds, then the decode
 #: attention kernels' element rates per SM and clock).
-FRACTION_COLUMNS = EFFICIENCY_COLUMNS[:13]
+FRACTION_COLUMNS = EFFICIENCY_COLUMNS[:14]
 #: Element rates of TensorRT-LLM's decode attention kernels per SM per clock (see :func:`achieved`).
 PER_CLOCK_COLUMNS = ("mmha_elements_per_clk", "xqa_elements_per_clk")
 
@@ -223,6 +227,12 @@ def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "scaleout_bw": z(raw["scaleout_bw"] * raw["scaleout_eff"]),
         "scaleup_latency_s": z(raw["scaleup_latency_s"]),
         "scaleout_latency_s": z(raw["scaleout_latency_s"]),
+        # an inference engine's own tensor-parallel all-reduce kernels at the message sizes of its iterations
+        # (dse.cost.network.engine_tp_links); without peer-to-peer they stage through host memory like NCCL
+        "infer_allreduce_bw": z(np.where(raw["p2p"] > 0, raw["scaleup_bw"] * raw["infer_allreduce_eff"],
+                                         staged_bus_bandwidth(raw))),
+        "infer_allreduce_latency_s": z(np.where(raw["p2p"] > 0, raw["infer_allreduce_latency_s"],
+                                                raw["scaleup_latency_s"])),
         # inference engines (TensorRT-LLM kernels) reach other GEMM efficiencies than training frameworks
         "infer_matmul_fp16_rate": z(raw["tensor_fp16_flops"] * raw["infer_matmul_eff_fp16"]),
         "infer_matmul_fp8_rate": z(raw["tensor_fp8_flops"] * raw["infer_matmul_eff_fp8"]),
@@ -326,6 +336,7 @@ def raw_table(overrides: tuple[tuple[str, str, float], ...] = ()) -> dict[str, n
         "scaleout_bw": sysf["scaleout_gbit"].to_numpy() * 1e9 / 8.0,
         "scaleup_latency_s": g["scaleup_latency_us"].to_numpy() * 1e-6,
         "scaleout_latency_s": g["scaleout_latency_us"].to_numpy() * 1e-6,
+        "infer_allreduce_latency_s": g["infer_allreduce_latency_us"].to_numpy() * 1e-6,
     }
     table["layer_overhead_s"] = g["layer_overhead_us"].to_numpy() * 1e-6
     table["layer_overhead_graphs_s"] = g["layer_overhead_graphs_us"].to_numpy() * 1e-6

@@ -22,11 +22,15 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dse.hardware.catalog import constant_upper_bound
 from dse.validation.validate import Assumption, load_assumptions, validate_file
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: The constants fitted on shared/reference, per generation: only those the reference cases constrain,
 #: in three independent groups (no training case depends on an inference or serving constant, and so on).
@@ -116,6 +120,40 @@ def log_error_objective(files: Sequence[str | Path], assumptions: Sequence[Assum
         return total
 
     return objective
+
+
+#: The measured tensor-parallel all-reduce kernels of an inference engine (TensorRT-LLM's custom all-reduce,
+#: aiconfigurator's tables) from which :func:`engine_allreduce_fit` derives each generation's
+#: ``infer_allreduce_eff`` and ``infer_allreduce_latency_us``: table GPU → (generation, the GPU's scale-up line
+#: rate in GB/s, dse/hardware/systems.csv).  H100 and H200 share NVLink 4 and pool into Hopper.
+ALLREDUCE_KERNEL_GPUS: dict[str, tuple[str, float]] = {"a100_sxm": ("ampere", 300.0), "h100_sxm": ("hopper", 450.0),
+                                                       "h200_sxm": ("hopper", 450.0), "b200_sxm": ("blackwell", 900.0),
+                                                       "l40s": ("ada", 32.0)}
+
+
+def engine_allreduce_fit(message_bytes: np.ndarray, ranks: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
+    """(α in s, bus bandwidth in B/s) of the all-reduce model t = α + S·2(n−1)/n / busbw
+    (:func:`dse.cost.network.allreduce_time`) fitted to measured kernel times by least squares on relative error:
+    min Σ ((α + S·f / busbw) / t − 1)², linear in (α, 1/busbw)."""
+    t = np.asarray(seconds, dtype=np.float64)
+    n = np.asarray(ranks, dtype=np.float64)
+    a = np.c_[1.0 / t, np.asarray(message_bytes, dtype=np.float64) * 2.0 * (n - 1.0) / n / t]
+    (alpha, inv_bw), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    return float(alpha), float(1.0 / inv_bw)
+
+
+def engine_allreduce_constants(table: pd.DataFrame) -> dict[str, tuple[float, float]]:
+    """Per generation: (infer_allreduce_eff, infer_allreduce_latency_us) from a table of measured all-reduce kernels
+    (columns gpu, num_gpus, message_bytes, latency_us; tests/kernels/trtllm_custom_allreduce.csv), the bus bandwidth
+    as a fraction of the generation's scale-up line rate (:data:`ALLREDUCE_KERNEL_GPUS`)."""
+    out: dict[str, tuple[float, float]] = {}
+    gen = table["gpu"].map(lambda g: ALLREDUCE_KERNEL_GPUS[g][0])
+    for generation, rows in table.groupby(gen):
+        line = ALLREDUCE_KERNEL_GPUS[str(rows["gpu"].iloc[0])][1] * 1e9
+        alpha, busbw = engine_allreduce_fit(rows["message_bytes"].to_numpy(), rows["num_gpus"].to_numpy(),
+                                            rows["latency_us"].to_numpy() * 1e-6)
+        out[str(generation)] = (busbw / line, alpha * 1e6)
+    return out
 
 
 def shipped_value(generation: str, column: str) -> float:
