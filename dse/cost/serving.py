@@ -476,13 +476,14 @@ def exponential_tail_quantile(p_positive: Array, mean_positive: Array, q: float)
     return mean_positive * np.log(np.maximum(p_positive / (1.0 - q), 1.0))
 
 
-def admission_boundary_quantile(t_stage: Array, utilization: Array, q: float) -> Array:
+def admission_boundary_quantile(span: Array, utilization: Array, q: float) -> Array:
     """The q-quantile of the wait for the next iteration boundary: a request arriving while the engine is busy
-    (probability ``utilization``, PASTA for Poisson arrivals) waits a uniform part of the current iteration,
-    otherwise nothing — the term whose mean, utilization · t_stage / 2, TTFT has always carried.  With busy
-    probability u: P(A ≤ a) = 1 − u + u·a/t, so a_q = t · max(0, q − (1 − u)) / u."""
+    (probability ``utilization``, PASTA for Poisson arrivals) waits a uniform part of ``span``, otherwise nothing.
+    With busy probability u: P(A ≤ a) = 1 − u + u·a/span, so a_q = span · max(0, q − (1 − u)) / u.  The serving
+    kernel passes twice the mean residual of :func:`iteration_residual` (a uniform wait with that mean: equal
+    iterations give span = t_stage; the length-biased mixture of short and long iterations is not resolved)."""
     u = np.maximum(utilization, 1e-12)
-    return t_stage * np.maximum(q - (1.0 - u), 0.0) / u
+    return span * np.maximum(q - (1.0 - u), 0.0) / u
 
 
 def burst_waves(n: Array, concurrency: Array) -> tuple[Array, Array, Array]:
@@ -559,21 +560,33 @@ def prompt_time(c: dict[str, Array]) -> Array:
             + c["p2p_token"] * c["input_len"] + (1.0 - c["host_overlap"]) * c["request_overhead"])
 
 
-def tpot_spread(chunk_s: Array, chunks_mean: Array, poisson: Array, p: Array, steps: Array,
-                decode_tokens: Array) -> Array:
+def chunks_variance(chunks_mean: Array, poisson: Array) -> Array:
+    """Var K of the prompt chunks K one iteration holds, mean ``chunks_mean`` = X·n_pre (prompts per iteration ×
+    chunks per prompt).  Under Poisson arrivals K is Poisson (the occupancy of an M/G/∞ station — prompts in
+    prefill — is Poisson with mean λ·E[S]), Var K = X·n_pre; a closed loop, a burst or maximum load admits one
+    request per completion, so K takes the two integers around its mean: Var K = f(1 − f), f = frac(X·n_pre)."""
+    frac = chunks_mean - np.floor(chunks_mean)
+    return np.where(poisson, chunks_mean, frac * (1.0 - frac))
+
+
+def iteration_residual(t_stage: Array, chunk_s: Array, var_chunks: Array) -> Array:
+    """Mean time from an arrival to the end of the iteration in progress.  Iterations differ in length: one that
+    holds K prompt chunks lasts T = d + K·c (c = ``chunk_s``), so an arrival falls more often into the long ones
+    (length-biased sampling) and waits on average E[T²] / (2·E[T]) (renewal theory's mean residual life,
+    Kleinrock 1975, *Queueing Systems* vol. 1 §5.2), not E[T] / 2.  With E[T] = ``t_stage`` and
+    Var T = c²·Var K: E[T²] / (2·E[T]) = t / 2 + c²·Var K / (2·t)."""
+    return 0.5 * t_stage + 0.5 * chunk_s * chunk_s * var_chunks / np.maximum(t_stage, 1e-30)
+
+
+def tpot_spread(chunk_s: Array, var_chunks: Array, p: Array, steps: Array, decode_tokens: Array) -> Array:
     """Standard deviation of a request's TPOT over requests: its decode steps share iterations with prompt chunks
-    of other requests (chunked prefill), each chunk adding ``chunk_s`` to the stage iteration.  The chunks in one
-    iteration, K, have mean ``chunks_mean`` = X·n_pre (prompts per iteration × chunks per prompt).  Under Poisson
-    arrivals K is Poisson (the occupancy of an M/G/∞ station — prompts in prefill — is Poisson with mean λ·E[S]),
-    Var K = X·n_pre; a closed loop, a burst or maximum load admits one request per completion, so K takes the two
-    integers around its mean: Var K = f(1 − f), f = frac(X·n_pre).  A step crosses pp stage iterations of the same
-    micro-batch (the same tokens: fully correlated), and the request's TPOT averages its ``steps`` steps over
+    of other requests (chunked prefill), each chunk adding ``chunk_s`` to the stage iteration, K of them per
+    iteration with variance ``var_chunks`` (:func:`chunks_variance`).  A step crosses pp stage iterations of the
+    same micro-batch (the same tokens: fully correlated), and the request's TPOT averages its ``steps`` steps over
     ``decode_tokens`` = output_len − 1 tokens; ASSUMPTION: successive iterations independent (the correlation of
     one prompt's n_pre consecutive chunks is ignored), so sd(TPOT) = pp · chunk_s · √(Var K · steps) /
     decode_tokens."""
-    frac = chunks_mean - np.floor(chunks_mean)
-    var_k = np.where(poisson, chunks_mean, frac * (1.0 - frac))
-    return p * chunk_s * np.sqrt(var_k * steps) / np.maximum(decode_tokens, 1e-9)
+    return p * chunk_s * np.sqrt(var_chunks * steps) / np.maximum(decode_tokens, 1e-9)
 
 
 #: Standard normal quantiles of :data:`PERCENTILES` (TPOT is a mean over many steps: central limit theorem).
@@ -854,7 +867,12 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
     utilization = np.where(idle_clients, np.minimum(X / t_stage * dp / req_capacity, 1.0), utilization)
     tpot = p * t_stage * steps / np.maximum(s_out - 1.0, 1e-9)  # a step's time over the tokens it yields
     prefill = n_pre * p * t_prefill
-    ttft = 0.5 * utilization * t_stage + prefill
+    poisson = ~(offline | overloaded)
+    slope = prompt_time(terms)  # what one whole prompt adds to an iteration; a chunk adds slope / n_pre
+    var_chunks = chunks_variance(X * n_pre, poisson)
+    # a busy engine: the arrival first waits for the iteration in progress to end (length-biased)
+    residual = iteration_residual(t_stage, slope / n_pre, var_chunks)
+    ttft = utilization * residual + prefill
     concurrency = X * p * life  # per replica
     out_tps = dp * X * s_out / t_stage
     kv_used = concurrency * pages * kv_token
@@ -862,7 +880,6 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
     # law, N = R · (time in system + Z)); under a Poisson rate, the G/G/c wait (poisson_admission_wait)
     wait = np.where(np.isinf(clients) | idle_clients, 0.0,
                     np.maximum(clients - think * X / t_stage - concurrency, 0.0) * t_stage / X)
-    poisson = ~(offline | overloaded)
     p_wait, mean_waiting = poisson_admission_wait(utilization, X_max * passes, req_capacity / dp)
     wait = np.where(poisson, p_wait * mean_waiting, wait)
     ttft = ttft + wait
@@ -871,15 +888,14 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
     limit = np.where(offline, np.where(idle_clients, 7, bound), np.where(comp >= traffic, 3, 4))
 
     # ---- percentiles: prefill + the iteration boundary + the queue; TPOT from the chunks sharing iterations
-    slope = prompt_time(terms)
     decode_only = t_stage - X * slope  # the iteration without prompt chunks
     decode_tokens = np.maximum(s_out - 1.0, 1e-9)
-    spread = tpot_spread(slope / n_pre, X * n_pre, poisson, p, steps, decode_tokens)
+    spread = tpot_spread(slope / n_pre, var_chunks, p, steps, decode_tokens)
     tpot_floor = p * decode_only * steps / decode_tokens
     pct: dict[str, Array] = {}
     for q, z, t_name, p_name in zip(PERCENTILES, Z_SCORES, TTFT_PERCENTILES, TPOT_PERCENTILES, strict=True):
         queue = np.where(poisson, exponential_tail_quantile(p_wait, mean_waiting, q / 100.0), wait)
-        pct[t_name] = prefill + admission_boundary_quantile(t_stage, utilization, q / 100.0) + queue
+        pct[t_name] = prefill + admission_boundary_quantile(2.0 * residual, utilization, q / 100.0) + queue
         pct[p_name] = np.maximum(tpot + z * spread, tpot_floor)
     requests_per_s = dp * X / t_stage
     running = dp * concurrency
