@@ -575,6 +575,25 @@ def test_tpot_spread_by_hand():
     assert sd == pytest.approx([1e-3 * np.sqrt(50) / 100, 1e-3 * np.sqrt(25) / 100, 0.0])
 
 
+def test_cobatched_prompts_by_hand():
+    """2 requests/s arriving in iterations of E[T²]/E[T] = 0.25 s: 0.5 others share the prefill iteration; a budget of
+    1.2 prompts leaves room for 0.2 of them; a prompt longer than the budget (chunked) for none."""
+    from dse.cost.serving import cobatched_prompts
+
+    one = np.ones(3)
+    shared = cobatched_prompts(2.0 * one, 0.25 * one, np.array([np.inf, 1200.0, 800.0]), 1000.0 * one)
+    assert shared == pytest.approx([0.5, 0.2, 0.0])
+
+
+def test_poisson_prompts_share_their_prefill_iteration():
+    """Under a Poisson rate the prompts that arrive during one iteration are admitted together, so the mean TTFT
+    grows with the rate beyond the wait for the iteration in progress; at a light rate it is one prompt's prefill.
+    (A closed loop admits one request per completion: test_closed_loop_is_maximum_load_limited_by_the_clients.)"""
+    cap = serve()["requests_per_s"]
+    light, busy = serve(request_rate=0.02 * cap), serve(request_rate=0.6 * cap)
+    assert busy["ttft_s"] - busy["queue_wait_s"] > light["ttft_s"] * 1.02
+
+
 def test_iteration_residual_is_the_length_biased_mean_by_hand():
     """Iterations of 20 ms, one in ten also carrying a 380 ms prompt (a closed loop at 0.1 prompts per iteration:
     K in {0, 1}, Var K = 0.09): E[T] = 58 ms, E[T²] = 0.9·0.02² + 0.1·0.4² = 0.01636 s², so an arrival waits

@@ -578,6 +578,17 @@ def iteration_residual(t_stage: Array, chunk_s: Array, var_chunks: Array) -> Arr
     return 0.5 * t_stage + 0.5 * chunk_s * chunk_s * var_chunks / np.maximum(t_stage, 1e-30)
 
 
+def cobatched_prompts(rate: Array, window_s: Array, budget: Array, s_in: Array) -> Array:
+    """Other prompts in a request's prefill iteration.  In-flight batching admits at an iteration boundary every
+    request that arrived during the iteration before, as far as the token budget goes; under random (Poisson)
+    arrivals at ``rate`` requests/s the iteration a request arrives in lasts E[T²]/E[T] on average
+    (length-biased, ``window_s`` = twice :func:`iteration_residual`), so rate · E[T²]/E[T] others arrive with it,
+    independently of it.  At most budget / s_in − 1 whole prompts fit beside its own; a prompt longer than the
+    budget (chunked) leaves no room (ASSUMPTION: prompts that do not fit, and those ahead of a chunked prompt, are
+    not charged as a queue)."""
+    return np.minimum(rate * window_s, np.maximum(budget / np.maximum(s_in, 1.0) - 1.0, 0.0))
+
+
 def tpot_spread(chunk_s: Array, var_chunks: Array, p: Array, steps: Array, decode_tokens: Array) -> Array:
     """Standard deviation of a request's TPOT over requests: its decode steps share iterations with prompt chunks
     of other requests (chunked prefill), each chunk adding ``chunk_s`` to the stage iteration, K of them per
@@ -868,11 +879,6 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
     tpot = p * t_stage * steps / np.maximum(s_out - 1.0, 1e-9)  # a step's time over the tokens it yields
     prefill = n_pre * p * t_prefill
     poisson = ~(offline | overloaded)
-    slope = prompt_time(terms)  # what one whole prompt adds to an iteration; a chunk adds slope / n_pre
-    var_chunks = chunks_variance(X * n_pre, poisson)
-    # a busy engine: the arrival first waits for the iteration in progress to end (length-biased)
-    residual = iteration_residual(t_stage, slope / n_pre, var_chunks)
-    ttft = utilization * residual + prefill
     concurrency = X * p * life  # per replica
     out_tps = dp * X * s_out / t_stage
     kv_used = concurrency * pages * kv_token
@@ -880,6 +886,15 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
     # law, N = R · (time in system + Z)); under a Poisson rate, the G/G/c wait (poisson_admission_wait)
     wait = np.where(np.isinf(clients) | idle_clients, 0.0,
                     np.maximum(clients - think * X / t_stage - concurrency, 0.0) * t_stage / X)
+    slope = prompt_time(terms)  # what one whole prompt adds to an iteration; a chunk adds slope / n_pre
+    var_chunks = chunks_variance(X * n_pre, poisson)
+    # a busy engine: the arrival first waits for the iteration in progress to end (length-biased); under a Poisson
+    # rate it then shares its prefill iteration with the prompts that arrived during the same one (a closed loop,
+    # a burst or maximum load admits one request per completion)
+    residual = iteration_residual(t_stage, slope / n_pre, var_chunks)
+    shared = cobatched_prompts(X / t_stage, 2.0 * residual, budget, s_in)
+    prefill = prefill + np.where(poisson, p * slope * shared, 0.0)
+    ttft = utilization * residual + prefill
     p_wait, mean_waiting = poisson_admission_wait(utilization, X_max * passes, req_capacity / dp)
     wait = np.where(poisson, p_wait * mean_waiting, wait)
     ttft = ttft + wait
