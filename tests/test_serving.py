@@ -122,6 +122,18 @@ def test_held_out_tensorrt_llm_1_0_llama33_70b():
     assert max(hopper) <= 18.0
 
 
+def test_held_out_tensorrt_llm_1_0_dense_rest():
+    """Out of sample (nothing fitted on it): the rest of TensorRT-LLM 1.0's dense perf-overview tables (tests/cases,
+    104 runs: Llama 3.1 8B and 405B, Llama 3.3 70B at three more lengths and on 2- and 4-stage RTX PRO 6000
+    pipelines).  Measured: MAPE 9.4 %, every row predicted (405B's 126 layers over 8 stages split 16/.../15 as the
+    engine splits them).  Regression bounds, not claims of accuracy."""
+    from pathlib import Path
+
+    results = validate_file(Path(__file__).parent / "cases" / "trtllm_1.0_dense_serve_more.csv")
+    (summary,) = summarize(results)
+    assert summary["n"] == 104 and summary["skipped"] == 0 and summary["mape_pct"] <= 10.0
+
+
 def test_held_out_tensorrt_llm_0_10_h200_l40s():
     """Out of sample (nothing fitted on it): the H200 FP8 and L40S FP8/FP16 columns of the same TensorRT-LLM
     0.10.0 table whose A100/H100 columns are the shared serve file (tests/cases, 108 runs).  Measured:
@@ -854,3 +866,14 @@ def test_decode_only_throughput_is_the_decode_pool_capacity_aggregated_or_not():
     agg, dis = out["decode_tokens_per_s_per_gpu"]
     assert agg == pytest.approx(dis, rel=1e-5)
     assert agg > 2.0 * out["output_tokens_per_s_per_gpu"][0]
+
+
+def test_layers_that_do_not_divide_pp_fill_the_first_stages():
+    """80 layers over pp 3 run as 27 + 27 + 26 (TensorRT-LLM's Mapping.pp_layers, vLLM's and SGLang's
+    get_pp_indices): the fullest stage, 27 layers, paces the pipeline and holds the most weights and KV, so the
+    row serves exactly as 81 layers over pp 3 (27 each) would, and is not refused."""
+    uneven = serve(tp=1, pp=3, gpus=3)
+    even = serve(tp=1, pp=3, gpus=3, layers=81)
+    assert uneven["fits"]
+    for col in ("output_tokens_per_s", "ttft_s", "tpot_s", "running_requests"):
+        assert uneven[col] == pytest.approx(even[col], rel=1e-6), col

@@ -81,6 +81,15 @@ def kv_bytes_per_value(kv_precision: Array, precision: Array) -> Array:
     return pick(mask(kv == codes.KV_AUTO, kv), 2.0 - mask(low_math, kv), explicit)
 
 
+def stage_layers(layers: Array, pp: Array) -> Array:
+    """Layers on the fullest pipeline stage of an inference engine, ⌈L / pp⌉: TensorRT-LLM splits L layers over pp
+    ranks with torch.tensor_split ("If num_layers % pp_size = n != 0, first n ranks get one extra layer",
+    tensorrt_llm/mapping.py Mapping.pp_layers), vLLM and SGLang spread the remainder one layer per rank
+    (vllm/distributed/utils.py and sglang/srt/distributed/utils.py get_pp_indices).  The fullest stage paces the
+    pipeline and holds the most weights and KV cache.  (The 1e-6 keeps float32 quotients of whole numbers whole.)"""
+    return np.ceil(layers / pp * (1.0 - 1e-6))
+
+
 def serial_roofline_time(flops: Array, bytes_moved: Array, flops_rate: Array, bytes_rate: Array) -> Array:
     """t = F / P_eff + B / W_eff: the roofline's two bounds added (no overlap), used for inference ops."""
     return flops / flops_rate + bytes_moved / bytes_rate
@@ -295,8 +304,8 @@ def _infer(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one form
     p_layer = infer_layer_params(rec, h, E, t)
     untied = mask(x["tied_embeddings"] <= 0, p)
     single = mask(p <= 1, p)
-    weights = L / p * p_layer * wb + V * h / t * 2.0 * (1.0 + single * untied)
-    kv_per_seq = held_tokens(s_in + s_out, rec) * L / p * kvv * kv_b
+    weights = stage_layers(L, p) * p_layer * wb + V * h / t * 2.0 * (1.0 + single * untied)
+    kv_per_seq = held_tokens(s_in + s_out, rec) * stage_layers(L, p) * kvv * kv_b
     kv = b * kv_per_seq
     act_per_token = (4.0 * h + 2.0 * n_fc1) * 2.0  # one layer's live tensors during prefill
     activations = T * act_per_token + b * V / t * 4.0
@@ -399,7 +408,6 @@ def _infer_reason(x: dict[str, Array]) -> Array:
         (R["top_k > experts"], x["top_k"] > x["experts"]),
         (R["heads % tp != 0"], ~divides(t, a)),
         (R["kv_heads and tp: neither divides the other"], ~divides(t, g) & ~divides(g, t)),
-        (R["layers % pp != 0"], ~divides(p, L)),
         (R["crosses nodes without scale-out network"], ~(x["scaleout_bw"] > 0) & (t * p > x["scaleup_gpus"])),
     )
     reason = np.zeros(L.shape, dtype=L.dtype)

@@ -76,6 +76,7 @@ from dse.cost.inference import (
     experts_visited,
     kv_bytes_per_value,
     layer_gemm_terms,
+    stage_layers,
 )
 from dse.cost.network import allreduce_terms, alltoall_time, engine_tp_links, p2p_link, spans_domains
 from dse.cost.select import mask, pick
@@ -234,7 +235,7 @@ def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array,
     n_all = (rec["attn_in"] + rec["o_width"] + rec["n_mlp"] * ffn_tok) / t + rec["attn_rep"]
     n_spec, gain = speculative_terms(x)
     return {
-        "layers_per_stage": x["layers"] / p, "input_len": s_in, "decode_len": (s_out - 1.0) / (1.0 + gain),
+        "layers_per_stage": stage_layers(x["layers"], p), "input_len": s_in, "decode_len": (s_out - 1.0) / (1.0 + gain),
         "spec_n": n_spec, "any_spec": bool(np.any(n_spec > 0)),
         "gemm_token": per_token, "gemm_weights": attn_weights + ffn_weights, "ffn_weights": ffn_weights,
         "moe": moe, "any_moe": bool(moe.any()), "experts": x["experts"], "top_k": x["top_k"],
@@ -663,7 +664,7 @@ def _kv_capacity(x: dict[str, Array], budget: Array, rec: dict[str, Array] | Non
     untied = mask(x["tied_embeddings"] <= 0, p)
     single = mask(p <= 1, p)
     draft_params, draft_layers = drafter_size(x, rec)
-    weights = L / p * p_layer * wb + V * h / t * 2.0 * (1.0 + single * untied) + draft_params / t * wb
+    weights = stage_layers(L, p) * p_layer * wb + V * h / t * 2.0 * (1.0 + single * untied) + draft_params / t * wb
     n_fc1 = (rec["n_mlp"] - 1.0) * (rec["ffn_dense"] + rec["moe_frac"] * (1.0 + moe * (x["top_k"] - 1.0))
                                     * rec["ffn_moe"]) / t
     act_tokens = np.minimum(budget, s_in + s_out)
@@ -681,7 +682,7 @@ def _kv_capacity(x: dict[str, Array], budget: Array, rec: dict[str, Array] | Non
     held = s_in + s_out * pick(mask(x["kv_reservation"] > 0, s_in), 1.0, 0.5)
     pages = np.ceil(held / block) * block
     # K and V per request token per GPU; a windowed layer holds at most its window of them
-    kv_token = (L / p + draft_layers) * cached_values(x, rec) * kv_b * held_tokens(pages, rec) / pages
+    kv_token = (stage_layers(L, p) + draft_layers) * cached_values(x, rec) * kv_b * held_tokens(pages, rec) / pages
     capacity = np.floor(np.maximum(kv_budget, 0.0) / (kv_token * pages))
     return {"weights": weights, "activations": activations, "kv_budget": kv_budget, "pages": pages,
             "kv_token": kv_token, "capacity": capacity}
