@@ -179,7 +179,7 @@ REASONS: tuple[str, ...] = (
     "(dp*cp) % ep != 0",
     "zero >= 2 with pp > 1 unsupported",
     "kv_heads and tp: neither divides the other",
-    "layers % pp != 0",
+    "layers % pp != 0",  # no longer produced (inference.stage_layers); kept: codes are positions
     "crosses nodes without scale-out network",
     "exceeds_hbm",
     "overloaded",
