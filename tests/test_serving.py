@@ -577,44 +577,45 @@ def test_poisson_tail_grows_with_the_rate_and_vanishes_at_light_load():
 
 def test_tpot_spread_by_hand():
     """One chunk of 1 ms in half the iterations on average (Poisson: Var K = 0.5), 100 steps over 100 tokens:
-    sd = 1 ms · √(0.5 · 100) / 100; a lattice at 2.5 chunks per iteration: Var K = 0.25; 3 chunks: 0."""
+    sd = 1 ms · √(0.5 · 100) / 100; 2.5 chunks: Var K = 2.5."""
     from dse.cost.serving import chunks_variance, tpot_spread
 
-    one = np.ones(3)
-    var = chunks_variance(np.array([0.5, 2.5, 3.0]), np.array([True, False, False]))
-    assert var == pytest.approx([0.5, 0.25, 0.0])
+    one = np.ones(2)
+    var = chunks_variance(np.array([0.5, 2.5]))
+    assert var == pytest.approx([0.5, 2.5])
     sd = tpot_spread(1e-3 * one, var, one, 100 * one, 100 * one)
-    assert sd == pytest.approx([1e-3 * np.sqrt(50) / 100, 1e-3 * np.sqrt(25) / 100, 0.0])
+    assert sd == pytest.approx([1e-3 * np.sqrt(50) / 100, 1e-3 * np.sqrt(250) / 100])
 
 
-def test_cobatched_prompts_by_hand():
-    """2 requests/s arriving in iterations of E[T²]/E[T] = 0.25 s: 0.5 others share the prefill iteration; a budget of
-    1.2 prompts leaves room for 0.2 of them; a prompt longer than the budget (chunked) for none."""
-    from dse.cost.serving import cobatched_prompts
+def test_prompts_in_prefill_iteration_by_hand():
+    """2 requests/s arriving in iterations of E[T²]/E[T] = 0.25 s: 0.5 others share the prefill iteration, 1.5
+    prompts in all; a budget of 1.2 prompts caps it at 1.2; a chunked prompt (n_pre 3) fills its iterations
+    alone, 1/3 prompt each; at a vanishing rate a prompt is alone."""
+    from dse.cost.serving import prompts_in_prefill_iteration
 
-    one = np.ones(3)
-    shared = cobatched_prompts(2.0 * one, 0.25 * one, np.array([np.inf, 1200.0, 800.0]), 1000.0 * one)
-    assert shared == pytest.approx([0.5, 0.2, 0.0])
+    got = prompts_in_prefill_iteration(np.array([2.0, 2.0, 2.0, 1e-9]), np.array([0.25, 0.25, 0.25, 0.25]),
+                                       np.array([1.0, 1.0, 3.0, 1.0]), np.array([np.inf, 1.2, 0.34, np.inf]))
+    assert got == pytest.approx([1.5, 1.2, 1.0 / 3.0, 1.0])
 
 
-def test_poisson_prompts_share_their_prefill_iteration():
-    """Under a Poisson rate the prompts that arrive during one iteration are admitted together, so the mean TTFT
-    grows with the rate beyond the wait for the iteration in progress; at a light rate it is one prompt's prefill.
-    (A closed loop admits one request per completion: test_closed_loop_is_maximum_load_limited_by_the_clients.)"""
+def test_prompts_share_their_prefill_iteration():
+    """The prompts that arrive during one iteration are admitted together, so the mean TTFT grows with the rate
+    beyond the wait for the iteration in progress, and a closed loop's with its clients; at a light rate it is
+    one prompt's prefill."""
     cap = serve()["requests_per_s"]
     light, busy = serve(request_rate=0.02 * cap), serve(request_rate=0.6 * cap)
     assert busy["ttft_s"] - busy["queue_wait_s"] > light["ttft_s"] * 1.02
+    few, many = serve(concurrency=2), serve(concurrency=24)
+    assert many["ttft_s"] > few["ttft_s"]
 
 
 def test_iteration_residual_is_the_length_biased_mean_by_hand():
-    """Iterations of 20 ms, one in ten also carrying a 380 ms prompt (a closed loop at 0.1 prompts per iteration:
-    K in {0, 1}, Var K = 0.09): E[T] = 58 ms, E[T²] = 0.9·0.02² + 0.1·0.4² = 0.01636 s², so an arrival waits
-    E[T²] / (2 E[T]) = 141 ms for the iteration in progress, not E[T] / 2 = 29 ms (Kleinrock 1975 §5.2).  Equal
-    iterations (Var K = 0) give E[T] / 2."""
-    from dse.cost.serving import chunks_variance, iteration_residual
+    """Iterations of 20 ms, one in ten also carrying a 380 ms prompt (K in {0, 1}, Var K = 0.09): E[T] = 58 ms,
+    E[T²] = 0.9·0.02² + 0.1·0.4² = 0.01636 s², so an arrival waits E[T²] / (2 E[T]) = 141 ms for the iteration in
+    progress, not E[T] / 2 = 29 ms (Kleinrock 1975 §5.2).  Equal iterations (Var K = 0) give E[T] / 2."""
+    from dse.cost.serving import iteration_residual
 
-    var = chunks_variance(np.array([0.1, 2.0]), np.array([False, False]))
-    r = iteration_residual(np.array([0.058, 0.8]), np.array([0.38, 0.38]), var)
+    r = iteration_residual(np.array([0.058, 0.8]), np.array([0.38, 0.38]), np.array([0.09, 0.0]))
     assert r == pytest.approx([(0.9 * 0.02**2 + 0.1 * 0.4**2) / (2 * 0.058), 0.4])
 
 

@@ -561,13 +561,13 @@ def prompt_time(c: dict[str, Array]) -> Array:
             + c["p2p_token"] * c["input_len"] + (1.0 - c["host_overlap"]) * c["request_overhead"])
 
 
-def chunks_variance(chunks_mean: Array, poisson: Array) -> Array:
+def chunks_variance(chunks_mean: Array) -> Array:
     """Var K of the prompt chunks K one iteration holds, mean ``chunks_mean`` = X·n_pre (prompts per iteration ×
-    chunks per prompt).  Under Poisson arrivals K is Poisson (the occupancy of an M/G/∞ station — prompts in
-    prefill — is Poisson with mean λ·E[S]), Var K = X·n_pre; a closed loop, a burst or maximum load admits one
-    request per completion, so K takes the two integers around its mean: Var K = f(1 − f), f = frac(X·n_pre)."""
-    frac = chunks_mean - np.floor(chunks_mean)
-    return np.where(poisson, chunks_mean, frac * (1.0 - frac))
+    chunks per prompt): K is Poisson, Var K = X·n_pre.  Under Poisson arrivals the occupancy of an M/G/∞ station
+    (prompts in prefill) is Poisson with mean λ·E[S].  A closed loop and maximum load admit a request at each
+    completion, and the completions of many requests whose iterations jitter superpose into a near-Poisson stream
+    (the Palm-Khintchine theorem), so they are taken alike (a burst has its own waves, :func:`burst_waves`)."""
+    return chunks_mean
 
 
 def iteration_residual(t_stage: Array, chunk_s: Array, var_chunks: Array) -> Array:
@@ -579,15 +579,17 @@ def iteration_residual(t_stage: Array, chunk_s: Array, var_chunks: Array) -> Arr
     return 0.5 * t_stage + 0.5 * chunk_s * chunk_s * var_chunks / np.maximum(t_stage, 1e-30)
 
 
-def cobatched_prompts(rate: Array, window_s: Array, budget: Array, s_in: Array) -> Array:
-    """Other prompts in a request's prefill iteration.  In-flight batching admits at an iteration boundary every
-    request that arrived during the iteration before, as far as the token budget goes; under random (Poisson)
-    arrivals at ``rate`` requests/s the iteration a request arrives in lasts E[T²]/E[T] on average
-    (length-biased, ``window_s`` = twice :func:`iteration_residual`), so rate · E[T²]/E[T] others arrive with it,
-    independently of it.  At most budget / s_in − 1 whole prompts fit beside its own; a prompt longer than the
-    budget (chunked) leaves no room (ASSUMPTION: prompts that do not fit, and those ahead of a chunked prompt, are
-    not charged as a queue)."""
-    return np.minimum(rate * window_s, np.maximum(budget / np.maximum(s_in, 1.0) - 1.0, 0.0))
+def prompts_in_prefill_iteration(rate: Array, window_s: Array, n_pre: Array, fit: Array) -> Array:
+    """Prompts (whole-prompt units) of the iteration that carries a request's prompt.  In-flight batching admits
+    at an iteration boundary every request that arrived during the iteration before, as far as the token budget
+    goes; at random arrivals (:func:`chunks_variance`) of ``rate`` requests/s the iteration a request arrives in
+    lasts E[T²]/E[T] on average (length-biased, ``window_s`` = twice :func:`iteration_residual`), so
+    rate · E[T²]/E[T] others arrive with it and share its prefill iteration: 1 + that many prompts, at most
+    ``fit`` = budget / input_len of them.  A prompt longer than the budget (n_pre > 1 chunks) fills its
+    iterations alone: 1/n_pre (ASSUMPTION: prompts that do not fit, and those ahead of a chunked prompt, are not
+    charged as a queue)."""
+    shared = np.clip(1.0 + rate * window_s, 1.0, np.maximum(fit, 1.0))
+    return np.where(n_pre > 1.0, 1.0 / n_pre, shared)
 
 
 def tpot_spread(chunk_s: Array, var_chunks: Array, p: Array, steps: Array, decode_tokens: Array) -> Array:
@@ -873,7 +875,13 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
     split: dict[str, Array] = {}
     one_decode = np.maximum(X, 1.0 / np.maximum(steps, 1.0))
     t_stage, comp, traffic = _iteration(terms, X, split, X_dec=one_decode)
-    t_prefill, _, _ = _iteration(terms, np.maximum(X, 1.0 / n_pre), X_dec=X)
+    slope = prompt_time(terms)  # what one whole prompt adds to an iteration; a chunk adds slope / n_pre
+    var_chunks = chunks_variance(X * n_pre)
+    # a busy engine: an arrival first waits for the iteration in progress to end (length-biased), then shares its
+    # prefill iteration with the prompts that arrived during the same one
+    residual = iteration_residual(t_stage, slope / n_pre, var_chunks)
+    mine = prompts_in_prefill_iteration(X / t_stage, 2.0 * residual, n_pre, budget / np.maximum(s_in, 1.0))
+    t_prefill, _, _ = _iteration(terms, mine, X_dec=X)
     idle_clients = thinking & (X < X_max)  # think time leaves the engine below its maximum load
     utilization = np.where(offline | overloaded, 1.0, np.minimum(lam_r * dp / req_capacity, 1.0))
     utilization = np.where(idle_clients, np.minimum(X / t_stage * dp / req_capacity, 1.0), utilization)
@@ -887,14 +895,6 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
     # law, N = R · (time in system + Z)); under a Poisson rate, the G/G/c wait (poisson_admission_wait)
     wait = np.where(np.isinf(clients) | idle_clients, 0.0,
                     np.maximum(clients - think * X / t_stage - concurrency, 0.0) * t_stage / X)
-    slope = prompt_time(terms)  # what one whole prompt adds to an iteration; a chunk adds slope / n_pre
-    var_chunks = chunks_variance(X * n_pre, poisson)
-    # a busy engine: the arrival first waits for the iteration in progress to end (length-biased); under a Poisson
-    # rate it then shares its prefill iteration with the prompts that arrived during the same one (a closed loop,
-    # a burst or maximum load admits one request per completion)
-    residual = iteration_residual(t_stage, slope / n_pre, var_chunks)
-    shared = cobatched_prompts(X / t_stage, 2.0 * residual, budget, s_in)
-    prefill = prefill + np.where(poisson, p * slope * shared, 0.0)
     ttft = utilization * residual + prefill
     p_wait, mean_waiting = poisson_admission_wait(utilization, X_max * passes, req_capacity / dp)
     wait = np.where(poisson, p_wait * mean_waiting, wait)
