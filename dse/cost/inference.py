@@ -86,8 +86,9 @@ def stage_layers(layers: Array, pp: Array) -> Array:
     ranks with torch.tensor_split ("If num_layers % pp_size = n != 0, first n ranks get one extra layer",
     tensorrt_llm/mapping.py Mapping.pp_layers), vLLM and SGLang spread the remainder one layer per rank
     (vllm/distributed/utils.py and sglang/srt/distributed/utils.py get_pp_indices).  The fullest stage paces the
-    pipeline and holds the most weights and KV cache.  (The 1e-6 keeps float32 quotients of whole numbers whole.)"""
-    return np.ceil(layers / pp * (1.0 - 1e-6))
+    pipeline and holds the most weights and KV cache.  (L / pp of whole numbers that divide is exact in IEEE
+    division, so ⌈·⌉ needs no slack, as for :func:`dse.cost.pipeline.stage_layers_split`.)"""
+    return np.ceil(layers / pp)
 
 
 def serial_roofline_time(flops: Array, bytes_moved: Array, flops_rate: Array, bytes_rate: Array) -> Array:

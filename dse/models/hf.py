@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dse.cost.select import INT_DOMAIN_MAX
+
 #: Model types read (transformers' ``model_type``); the rest are refused by name.
 MODEL_TYPES: tuple[str, ...] = (
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
@@ -69,8 +71,8 @@ LLAMA4_GLOBAL_EVERY = 4
 
 #: Columns a config may set to 0 (none of them: no shared expert, no leading dense layer, no MTP module).
 ZERO_ALLOWED = frozenset({"shared_experts", "dense_layers", "mtp"})
-#: The largest size dse computes exactly (float32 integers, dse.spec's INT_DOMAIN_MAX).
-SIZE_MAX = 2**24 - 1
+#: The largest size dse computes exactly (float32 integers): dse.cost.select's INT_DOMAIN_MAX.
+SIZE_MAX = INT_DOMAIN_MAX
 
 
 def _size(source: str, key: str, value: object, lo: int) -> int:

@@ -123,12 +123,12 @@ def log_error_objective(files: Sequence[str | Path], assumptions: Sequence[Assum
 
 
 #: The measured tensor-parallel all-reduce kernels of an inference engine (TensorRT-LLM's custom all-reduce,
-#: aiconfigurator's tables) from which :func:`engine_allreduce_fit` derives each generation's
-#: ``infer_allreduce_eff`` and ``infer_allreduce_latency_us``: table GPU → (generation, the GPU's scale-up line
-#: rate in GB/s, dse/hardware/systems.csv).  H100 and H200 share NVLink 4 and pool into Hopper.
-ALLREDUCE_KERNEL_GPUS: dict[str, tuple[str, float]] = {"a100_sxm": ("ampere", 300.0), "h100_sxm": ("hopper", 450.0),
-                                                       "h200_sxm": ("hopper", 450.0), "b200_sxm": ("blackwell", 900.0),
-                                                       "l40s": ("ada", 32.0)}
+#: aiconfigurator's tables) from which :func:`engine_allreduce_constants` derives each generation's
+#: ``infer_allreduce_eff`` and ``infer_allreduce_latency_us``: table GPU → the catalog system it ran on, whose
+#: generation and scale-up line rate (``scaleup_gbps``, dse/hardware/systems.csv) it measures.  H100 and H200
+#: share NVLink 4 and pool into Hopper.
+ALLREDUCE_KERNEL_SYSTEMS: dict[str, str] = {"a100_sxm": "a100-sxm-80gb", "h100_sxm": "h100-sxm-80gb",
+                                            "h200_sxm": "h200-sxm-141gb", "b200_sxm": "b200", "l40s": "l40s"}
 
 
 def engine_allreduce_fit(message_bytes: np.ndarray, ranks: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
@@ -145,14 +145,21 @@ def engine_allreduce_fit(message_bytes: np.ndarray, ranks: np.ndarray, seconds: 
 def engine_allreduce_constants(table: pd.DataFrame) -> dict[str, tuple[float, float]]:
     """Per generation: (infer_allreduce_eff, infer_allreduce_latency_us) from a table of measured all-reduce kernels
     (columns gpu, num_gpus, message_bytes, latency_us; tests/kernels/trtllm_custom_allreduce.csv), the bus bandwidth
-    as a fraction of the generation's scale-up line rate (:data:`ALLREDUCE_KERNEL_GPUS`)."""
+    as a fraction of the scale-up line rate of the system each GPU ran on (:data:`ALLREDUCE_KERNEL_SYSTEMS`)."""
+    from dse.hardware.catalog import systems
+
+    catalog = systems()
+    system = table["gpu"].map(ALLREDUCE_KERNEL_SYSTEMS)
+    generation = system.map(catalog["generation"])
+    line = system.map(catalog["scaleup_gbps"]) * 1e9
     out: dict[str, tuple[float, float]] = {}
-    gen = table["gpu"].map(lambda g: ALLREDUCE_KERNEL_GPUS[g][0])
-    for generation, rows in table.groupby(gen):
-        line = ALLREDUCE_KERNEL_GPUS[str(rows["gpu"].iloc[0])][1] * 1e9
+    for gen, rows in table.groupby(generation):
+        rates = line[rows.index].unique()
+        if len(rates) != 1:
+            raise ValueError(f"{gen}: the kernel table pools GPUs of different scale-up line rates: {sorted(rates)}")
         alpha, busbw = engine_allreduce_fit(rows["message_bytes"].to_numpy(), rows["num_gpus"].to_numpy(),
                                             rows["latency_us"].to_numpy() * 1e-6)
-        out[str(generation)] = (busbw / line, alpha * 1e6)
+        out[str(gen)] = (busbw / float(rates[0]), alpha * 1e6)
     return out
 
 
