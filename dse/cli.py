@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from dse import __version__
-from dse.cost.architecture import ARCHITECTURE_COLUMNS
+from dse.cost.architecture import ARCHITECTURE_CATEGORIES, ARCHITECTURE_COLUMNS
 from dse.frame import CATEGORICAL, InputError, MissingColumn, read_yaml
 from dse.spec import SpecError
 
@@ -58,8 +58,8 @@ EXPLAIN_OPTIONS: dict[str, str] = {
     "spec_tokens": "int (serve: draft tokens per decode step)",
     "spec_acceptance": "number in (0, 1] (serve: the drafter's acceptance rate; empty: 0.85 with mtp)",
     "spec_method": "mtp|eagle (serve: the drafter; empty: mtp, the model's MTP modules)",
-    **{k: "gqa|mha|mla" if k == "attention_kind" else "int (README: Model architecture columns)"
-       for k in ARCHITECTURE_COLUMNS},
+    **{k: "|".join(ARCHITECTURE_CATEGORIES[k]) if k in ARCHITECTURE_CATEGORIES
+       else "int (README: Model architecture columns)" for k in ARCHITECTURE_COLUMNS},
 }
 
 
@@ -536,7 +536,7 @@ def _models_import(args: argparse.Namespace) -> int:
         raise InputError(str(exc)) from exc
     name = args.name or Path(args.config).stem.lower()
     row = {"name": name, **model, "source": f"Hugging Face config {args.config} (dse models import)"}
-    header = [c for c in models().columns if c not in ("mlp_code", "attention_kind_code")]
+    header = [c for c in models().columns if not c.endswith("_code")]
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow(header)
     writer.writerow([row.get(c, "") for c in header])

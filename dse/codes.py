@@ -44,6 +44,14 @@ ATTENTION_FLASH, ATTENTION_STANDARD, ATTENTION_CUDNN = 0, 1, 2
 ATTENTION_KIND: tuple[str, ...] = ("gqa", "mha", "mla")
 ATTENTION_KIND_MLA = 2
 
+#: How a model's checkpoint stores its routed experts (inference and serving; dse.cost.inference
+#: routed_expert_format): tensor — at the row's ``precision`` with one scale per tensor (today's behaviour);
+#: fp8_block — FP8 with one scale per 128x128 weight block and per 1x128 activation tile (DeepSeek-V3 report
+#: §3.3.2; DeepSeek-V3 and Kimi K2 ship it), used where the row's precision is fp8; mxfp4 — OCP MX FP4 values with one
+#: power-of-two scale per 32 (gpt-oss ships its experts so, "All the other weights are in bf16"), at any precision.
+MOE_QUANT: tuple[str, ...] = ("tensor", "fp8_block", "mxfp4")
+MOE_QUANT_TENSOR, MOE_QUANT_FP8_BLOCK, MOE_QUANT_MXFP4 = 0, 1, 2
+
 #: How tensor-parallel communication overlaps compute.  none: every collective is on the critical path
 #: (Megatron-LM 2021).  backward: the backward all-reduce / reduce-scatter of input gradients runs under the
 #: weight-gradient GEMM (Megatron-LM async TP communication, Korthikanti 2022 §6.2).  full: all TP

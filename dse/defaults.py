@@ -97,6 +97,7 @@ DEFAULTS_DOC: dict[str, str] = {
     "moe_imbalance": "1 (balanced routing, as Megatron-Bridge's benchmarks force it)",
     "head_dim": "hidden / heads",
     "attention_kind": "gqa (grouped-query; multi-head when kv_heads = heads)",
+    "moe_quant": "tensor (routed experts at the row's precision, one scale per tensor)",
     "moe_ffn_hidden": "ffn_hidden (each routed expert as wide as the dense FFN)",
     "shared_experts, dense_layers, mtp": "0",
     "moe_every": "1 (every layer after the dense ones has experts)",

@@ -138,18 +138,18 @@ def stage_split_text(row: pd.Series) -> str:
 def architecture_text(row: pd.Series) -> str:
     """The architecture columns a row sets (dse.cost.architecture), e.g. ``attention=mla kv_lora_rank=512 …
     moe_ffn_hidden=2048 shared_experts=1 dense_layers=3 mtp=1``; empty for a plain dense / GQA / MoE model."""
-    from dse.codes import ATTENTION_KIND
-    from dse.cost.architecture import ARCHITECTURE_COLUMNS
+    from dse.cost.architecture import ARCHITECTURE_CATEGORIES, ARCHITECTURE_COLUMNS
 
     parts = []
     for key in (*ARCHITECTURE_COLUMNS, "etp"):
         value = row.get(key)
         if value is None or pd.isna(value) or (not isinstance(value, str) and float(value) <= 0):
             continue
-        if key == "attention_kind":
-            name = value if isinstance(value, str) else ATTENTION_KIND[int(value)]
-            if name != ATTENTION_KIND[0]:
-                parts.append(f"attention={name}")
+        if key in ARCHITECTURE_CATEGORIES:
+            names = ARCHITECTURE_CATEGORIES[key]
+            name = value if isinstance(value, str) else names[int(value)]
+            if name != names[0]:
+                parts.append(f"{'attention' if key == 'attention_kind' else key}={name}")
         else:
             parts.append(f"{key}={int(float(value))}")
     return " ".join(parts)

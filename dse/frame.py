@@ -19,7 +19,13 @@ import pyarrow.compute as pc
 import yaml
 
 from dse import cells, codes
-from dse.cost.architecture import ARCHITECTURE_COLUMNS, ARCHITECTURE_INTEGERS, ARCHITECTURE_MIN, architecture_errors
+from dse.cost.architecture import (
+    ARCHITECTURE_CATEGORIES,
+    ARCHITECTURE_COLUMNS,
+    ARCHITECTURE_INTEGERS,
+    ARCHITECTURE_MIN,
+    architecture_errors,
+)
 from dse.cost.inference import INFER_METRICS, infer_step
 from dse.cost.select import INT_DOMAIN_MAX
 from dse.cost.training import TRAIN_METRICS, train_step
@@ -302,9 +308,10 @@ def architecture_inputs(frame: pd.DataFrame, x: dict[str, np.ndarray], source: s
     row, the column, the value and what is allowed."""
     for k in (*ARCHITECTURE_INTEGERS, "etp"):
         x[k] = _integers(frame, k, source)
-    x["attention_kind"] = (_named_codes(frame, "attention_kind", codes.ATTENTION_KIND, source)
-                           if "attention_kind" in frame.columns else cells.constant(len(frame), np.nan))
-    absent = all(cells.is_constant(x[k]) and np.isnan(x[k][0]) for k in (*ARCHITECTURE_INTEGERS, "attention_kind"))
+    for k, names in ARCHITECTURE_CATEGORIES.items():
+        x[k] = _named_codes(frame, k, names, source) if k in frame.columns else cells.constant(len(frame), np.nan)
+    absent = all(cells.is_constant(x[k]) and np.isnan(x[k][0]) for k in (*ARCHITECTURE_INTEGERS,
+                                                                         *ARCHITECTURE_CATEGORIES))
     for bad, col, allowed in ([] if absent else architecture_errors(x)):  # no column given: nothing to contradict
         if bad.any():
             pos = int(np.flatnonzero(bad)[0])

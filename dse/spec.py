@@ -27,8 +27,14 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from dse.codes import ARRIVAL, ARRIVAL_RULE, ATTENTION_KIND, DECODE_KV_READS, KV_PRECISION, PRECISION, SPEC_METHOD
-from dse.cost.architecture import ARCHITECTURE_COLUMNS, ARCHITECTURE_MIN, architecture_errors
+from dse.codes import ARRIVAL, ARRIVAL_RULE, DECODE_KV_READS, KV_PRECISION, PRECISION, SPEC_METHOD
+from dse.cost.architecture import (
+    ARCHITECTURE_CATEGORIES,
+    ARCHITECTURE_COLUMNS,
+    ARCHITECTURE_MIN,
+    architecture_errors,
+    code_column,
+)
 from dse.cost.inference import INFER_METRICS
 from dse.cost.select import INT_DOMAIN_MAX
 from dse.cost.serving import SERVE_METRICS
@@ -506,9 +512,9 @@ def _custom_models(path: str, raw: object) -> dict[str, dict[str, object]]:
                 if dims[k] not in CATEGORICAL["mlp"]:
                     raise _err(path, f"{key}.mlp", dims[k], ", ".join(CATEGORICAL["mlp"]))
                 model[k] = dims[k]
-            elif k == "attention_kind":
-                if dims[k] not in ATTENTION_KIND:
-                    raise _err(path, f"{key}.attention_kind", dims[k], ", ".join(ATTENTION_KIND))
+            elif k in ARCHITECTURE_CATEGORIES:
+                if dims[k] not in ARCHITECTURE_CATEGORIES[k]:
+                    raise _err(path, f"{key}.{k}", dims[k], ", ".join(ARCHITECTURE_CATEGORIES[k]))
                 model[k] = dims[k]
             else:
                 lo = 0 if k == "tied_embeddings" else ARCHITECTURE_MIN.get(k, 1)
@@ -543,8 +549,8 @@ def _hf_dims(path: str, key: str, raw: object) -> dict[str, object]:
 
 def _check_architecture(path: str, key: str, model: Mapping[str, object]) -> None:
     """The combinations of a custom model's architecture keys (dse.cost.architecture.architecture_errors)."""
-    cols = {k: np.asarray([np.nan if k not in model else float(ATTENTION_KIND.index(str(model[k])))
-                           if k == "attention_kind" else float(model[k])])  # type: ignore[arg-type]
+    cols = {k: np.asarray([np.nan if k not in model else float(ARCHITECTURE_CATEGORIES[k].index(str(model[k])))
+                           if k in ARCHITECTURE_CATEGORIES else float(model[k])])  # type: ignore[arg-type]
             for k in ("layers", "heads", "kv_heads", "experts", *ARCHITECTURE_COLUMNS)}
     for bad, col, allowed in architecture_errors(cols):
         if bad[0]:
@@ -558,7 +564,7 @@ def _model_table(custom: Mapping[str, Mapping[str, object]]) -> tuple[tuple[str,
     for name in cat.index:
         row = cat.loc[name]
         for k in MODEL_KEYS:
-            value = row["mlp_code"] if k == "mlp" else row["attention_kind_code"] if k == "attention_kind" else row[k]
+            value = row[code_column(k)]
             table[k].append(0.0 if pd.isna(value) else float(value))
     for dims in custom.values():
         heads = float(dims["heads"])  # type: ignore[arg-type]
@@ -568,8 +574,9 @@ def _model_table(custom: Mapping[str, Mapping[str, object]]) -> tuple[tuple[str,
         for k in MODEL_KEYS:
             if k == "mlp":
                 table[k].append(float(CATEGORICAL["mlp"].index(str(dims.get("mlp", "gelu")))))
-            elif k == "attention_kind":
-                table[k].append(float(ATTENTION_KIND.index(str(dims.get(k, ATTENTION_KIND[0])))))
+            elif k in ARCHITECTURE_CATEGORIES:
+                vocab = ARCHITECTURE_CATEGORIES[k]
+                table[k].append(float(vocab.index(str(dims.get(k, vocab[0])))))
             else:
                 table[k].append(float(dims.get(k, defaults.get(k, 0.0))))  # type: ignore[arg-type]
     return names, {k: np.asarray(v, dtype=np.float64) for k, v in table.items()}

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from dse.cli import main
+from dse.cost.architecture import ARCHITECTURE_CATEGORIES
 from dse.models.catalog import models
 from dse.models.hf import ConfigError, hf_to_model, read_config
 from tests.conftest import REPO
@@ -27,7 +28,7 @@ def test_imported_config_equals_the_catalog_row(path):
         want = row[key]
         if key == "moe_ffn_hidden" and (want is None or (isinstance(want, float) and math.isnan(want))):
             want = row["ffn_hidden"]  # empty = ffn_hidden
-        if key in ("mlp", "attention_kind"):
+        if key in ("mlp", *ARCHITECTURE_CATEGORIES):
             assert str(want) == str(value), key
         else:
             assert float(want) == float(value), (path.stem, key, value, want)
@@ -53,6 +54,7 @@ def test_models_import_cli_prints_a_row_and_exits_2_on_bad_input(tmp_path, capsy
     header, row = out[0].split(","), out[1].split(",")
     cells = dict(zip(header, row, strict=True))
     assert cells["attention_kind"] == "mla" and cells["kv_lora_rank"] == "512" and cells["dense_layers"] == "3"
+    assert cells["moe_quant"] == "fp8_block"  # quantization_config: fp8 with 128x128 weight blocks
     bad = tmp_path / "c.json"
     bad.write_text(json.dumps({"model_type": "rwkv"}))
     assert main(["models", "import", str(bad)]) == 2
@@ -154,3 +156,38 @@ def test_expert_load_imbalance_paces_the_routed_gemms_and_the_all_to_all():
     assert out["step_time_s"].iloc[1] > out["step_time_s"].iloc[0]
     with pytest.raises(Exception, match="moe_imbalance.*at least 1"):
         evaluate(pd.DataFrame([{**row, "moe_imbalance": 0.8}]))
+
+
+def test_quantization_config_sets_the_routed_experts_format():
+    """quantization_config: mxfp4 (gpt-oss) and block-scaled fp8 (DeepSeek-V3) set moe_quant; fp8 without blocks, any
+    other method, or a dense model leave it empty (the row's precision); a config that is not a mapping exits 2."""
+    oss = json.loads((REPO / "tests/hf_configs/gpt-oss-20b.json").read_text())
+    assert hf_to_model(oss)["moe_quant"] == "mxfp4"
+    assert "moe_quant" not in hf_to_model({**oss, "quantization_config": {"quant_method": "fp8"}})
+    assert "moe_quant" not in hf_to_model({**oss, "quantization_config": {"quant_method": "modelopt"}})
+    dense = json.loads((REPO / "tests/hf_configs/qwen3-32b.json").read_text())
+    block = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    assert "moe_quant" not in hf_to_model({**dense, "quantization_config": block})
+    with pytest.raises(ConfigError, match="'quantization_config'.*allowed: a mapping"):
+        hf_to_model({**oss, "quantization_config": "mxfp4"})
+
+
+def test_moe_quant_is_read_checked_and_sizes_the_expert_weights():
+    """moe_quant: a bad name or a format for a model without experts is refused naming the column; the catalog's
+    mxfp4 for gpt-oss-20b stores its routed experts at 4.25 bits instead of 16: the weights shrink by exactly
+    layers x experts x 3 x h x f x (2 - 0.53125) bytes (24 x 32 x 3 x 2880 x 2880 routed weights)."""
+    import pandas as pd
+
+    import dse
+    from dse.frame import InputError
+
+    row = {"model": "gpt-oss-20b", "system": "h100-sxm-80gb", "gpus": 1, "tp": 1, "precision": "bf16",
+           "input_len": 100, "output_len": 100, "task": "serve"}
+    with pytest.raises(InputError, match="'moe_quant': value 'nvfp4'.*allowed: tensor, fp8_block, mxfp4"):
+        dse.evaluate(pd.DataFrame([{**row, "moe_quant": "nvfp4"}]))
+    with pytest.raises(InputError, match="'moe_quant': value 'mxfp4'.*experts > 1"):
+        dse.evaluate(pd.DataFrame([{**row, "model": "llama3-8b", "moe_quant": "mxfp4"}]))
+    out = dse.evaluate(pd.DataFrame([{**row, "moe_quant": "tensor"}, {**row, "moe_quant": None}]))
+    routed = 24 * 32 * 3 * 2880 * 2880
+    saved = out["weights_bytes"].iloc[0] - out["weights_bytes"].iloc[1]
+    assert saved == pytest.approx(routed * (2.0 - 0.53125), rel=1e-5)

@@ -381,6 +381,53 @@ def test_moe_nvfp4_grouped_gemm_fractions_are_the_measured_tables():
     assert g.tolist() == [K.MOE_NVFP4_GEMM_FRACTION, 1.0, 1.0] and s.tolist() == [K.MOE_NVFP4_STREAM_FRACTION, 1.0, 1.0]
 
 
+def test_routed_expert_formats_are_the_measured_tables():
+    """``moe_quant`` (how a checkpoint stores its routed experts) prices them from the same measured TensorRT-LLM MoE
+    tables: block-scaled FP8 at its grouped GEMMs' fraction of the FP8 peak over the dense FP8 GEMMs' (H100; B200's
+    DeepGEMM and H200 agree within 2 %), MXFP4 dequantized into BF16 on Hopper at its fraction over the dense BF16
+    GEMMs' (H200 agrees), and MXFP4 x MXFP8 on Blackwell within 20 % of the dense FP8 fraction (no factor), as are
+    the weight-streaming rates of both formats (no factor).  MXFP4 weights are 4.25 bits (OCP MX v1.0)."""
+    from dse.cost import constants as K
+    from dse.cost.inference import routed_expert_format
+
+    kernels = Path(__file__).parent / "kernels"
+    moe = pd.read_csv(kernels / "trtllm_moe_grouped_gemm.csv").set_index(["gpu", "dtype"])
+    dense = pd.read_csv(kernels / "trtllm_gemm_large_m.csv").set_index(["gpu", "dtype"])["median_eff"]
+    assert K.MOE_FP8_BLOCK_GEMM_FRACTION == pytest.approx(moe.loc[("h100_sxm", "fp8_block"), "gemm_eff"]
+                                                          / dense["h100_sxm", "fp8"], abs=5e-4)
+    assert moe.loc[("b200_sxm", "fp8_block"), "gemm_eff"] / dense["b200_sxm", "fp8"] == pytest.approx(
+        K.MOE_FP8_BLOCK_GEMM_FRACTION, rel=0.02)
+    assert moe.loc[("h200_sxm", "fp8_block"), "gemm_eff"] / dense["h100_sxm", "fp8"] == pytest.approx(
+        K.MOE_FP8_BLOCK_GEMM_FRACTION, rel=0.03)  # H200: H100's silicon with more HBM; no dense table of its own
+    assert K.MOE_MXFP4_BF16_GEMM_FRACTION == pytest.approx(moe.loc[("h100_sxm", "w4a16_mxfp4"), "gemm_eff"]
+                                                           / dense["h100_sxm", "bfloat16"], abs=5e-4)
+    assert moe.loc[("h200_sxm", "w4a16_mxfp4"), "gemm_eff"] / dense["h100_sxm", "bfloat16"] == pytest.approx(
+        K.MOE_MXFP4_BF16_GEMM_FRACTION, rel=0.02)
+    assert 0.8 < moe.loc[("b200_sxm", "w4a8_mxfp4_mxfp8"), "gemm_eff"] / dense["b200_sxm", "fp8"] < 1.2
+    memory_eff = hwcat.efficiency()["memory_eff"]
+    streams = {("h100_sxm", "fp8_block"): "hopper", ("h200_sxm", "w4a16_mxfp4"): "hopper",
+               ("b200_sxm", "w4a8_mxfp4_mxfp8"): "blackwell", ("h100_sxm", "w4a16_mxfp4"): "hopper"}
+    for (gpu, dtype), gen in streams.items():
+        assert 0.8 < moe.loc[(gpu, dtype), "stream_eff"] / memory_eff[gen] < 1.2, (gpu, dtype)
+    assert K.MXFP4_BYTES_PER_WEIGHT == 4.25 / 8
+    # the formats as the cost model applies them: rates 1 (dense), fp8 2, fp16 1 per unit; a GPU with and without
+    # microscaling tensor cores
+    one = np.ones(5)
+    x = {"moe_quant": np.array([0, 1, 1, 2, 2], dtype=float),
+         "precision": np.array([codes.PRECISION_BF16, codes.PRECISION_FP8, codes.PRECISION_FP4,
+                                codes.PRECISION_BF16, codes.PRECISION_BF16], dtype=float),
+         "tensor_fp4_flops": np.array([0, 0, 1, 0, 1], dtype=float),
+         "infer_matmul_fp8_rate": 2.0 * one, "infer_matmul_fp16_rate": one}
+    rate, act, wb = np.array([1.0, 2.0, 4.0, 1.0, 1.0]), np.array([2.0, 1.0, 0.5, 2.0, 2.0]), np.array(
+        [2.0, 1.0, 0.5, 2.0, 2.0])
+    r, a, w, s = routed_expert_format(x, rate, act, wb)
+    nvfp4 = K.MOE_NVFP4_GEMM_FRACTION * 4.0  # fp8_block on an fp4 row: the row's own NVFP4 experts
+    assert r.tolist() == pytest.approx([1.0, 2.0 * K.MOE_FP8_BLOCK_GEMM_FRACTION, nvfp4,
+                                        K.MOE_MXFP4_BF16_GEMM_FRACTION, 2.0])
+    assert a.tolist() == [2.0, 1.0, 0.5, 2.0, 1.0] and w.tolist() == [2.0, 1.0, 0.5, 0.53125, 0.53125]
+    assert s.tolist() == pytest.approx([1.0, 1.0, K.MOE_NVFP4_STREAM_FRACTION, 1.0, 1.0])
+
+
 # ---- FSDP2 with pipeline parallelism (zero_with_pp), PyTorch's all-gather context parallelism (cp_exchange) ----
 
 def _fsdp_pp_rows(**extra):

@@ -21,7 +21,7 @@ import numpy as np
 import yaml
 
 from dse import codes
-from dse.cost.architecture import ARCHITECTURE_COLUMNS
+from dse.cost.architecture import ARCHITECTURE_COLUMNS, code_column
 from dse.cost.training import DTYPE, TRAIN_INPUTS, train_step
 from dse.hardware import catalog as hwcat
 from dse.models.catalog import models
@@ -42,7 +42,7 @@ def _random_models(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
         x[col] = cat[col].to_numpy(dtype=np.float64)[pick]
     x["mlp"] = cat["mlp_code"].to_numpy(dtype=np.float64)[pick]
     for col in ARCHITECTURE_COLUMNS:  # today's models (MLA, fine-grained and shared experts, windows): 0 = not set
-        values = cat["attention_kind_code" if col == "attention_kind" else col].to_numpy(dtype=np.float64)
+        values = cat[code_column(col)].to_numpy(dtype=np.float64)
         x[col] = np.nan_to_num(values)[pick]
     return x
 

@@ -22,6 +22,8 @@ Optional model columns (0 = not set: the plain dense / GQA / uniform-MoE transfo
   Llama 4: 4); 0 = every layer local
 * ``mtp``             multi-token-prediction modules (DeepSeek-V3 §2.2: one transformer block, a 2h×h projection,
   the shared embedding and output head each)
+* ``moe_quant``       how the checkpoint stores the routed experts (tensor, code 0; fp8_block; mxfp4): inference and
+  serving only (:func:`dse.cost.inference.routed_expert_format`)
 
 The layers are not all alike (dense first layers, interleaved MoE, windowed and full attention), and the
 kernels time one *mean* layer: a term linear in the layer's work is exact, the rooflines of dense and routed
@@ -46,14 +48,22 @@ from dse.cost.select import mask
 
 Array = Any  # numpy arrays or scalars that broadcast (the stubs cannot express broadcasting)
 
-#: Optional model columns, in the order of the kernels' inputs (all numbers; attention_kind a code).
+#: Optional model columns, in the order of the kernels' inputs (all numbers; the categorical ones as codes).
 ARCHITECTURE_COLUMNS: tuple[str, ...] = (
     "head_dim", "attention_kind", "kv_lora_rank", "q_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_head_dim",
     "moe_ffn_hidden", "shared_experts", "dense_layers", "moe_every", "sliding_window", "attention_chunk",
-    "global_every", "mtp",
+    "global_every", "mtp", "moe_quant",
 )
-#: Integer architecture columns (``attention_kind`` is categorical).
-ARCHITECTURE_INTEGERS: tuple[str, ...] = tuple(c for c in ARCHITECTURE_COLUMNS if c != "attention_kind")
+#: Categorical architecture columns and their vocabularies (empty = the first name, code 0).
+ARCHITECTURE_CATEGORIES: dict[str, tuple[str, ...]] = {"attention_kind": codes.ATTENTION_KIND,
+                                                       "moe_quant": codes.MOE_QUANT}
+#: Integer architecture columns.
+ARCHITECTURE_INTEGERS: tuple[str, ...] = tuple(c for c in ARCHITECTURE_COLUMNS if c not in ARCHITECTURE_CATEGORIES)
+
+
+def code_column(column: str) -> str:
+    """The model catalog's column holding ``column`` as a number: ``<name>_code`` for the categorical ones."""
+    return f"{column}_code" if column in ARCHITECTURE_CATEGORIES or column == "mlp" else column
 
 
 def mla_mask(x: dict[str, Array]) -> Array:
@@ -286,6 +296,8 @@ def architecture_errors(m: dict[str, np.ndarray]) -> list[tuple[np.ndarray, str,
                 "empty unless sliding_window or attention_chunk is given"))
     out.append((given("attention_chunk") & given("sliding_window"), "attention_chunk",
                 "empty when sliding_window is given (a layer is windowed or chunked, not both)"))
+    out.append(((np.nan_to_num(m["moe_quant"]) > 0) & ~(experts > 1), "moe_quant",
+                "empty or tensor unless the model has experts (experts > 1)"))
     return out
 
 
@@ -318,9 +330,14 @@ def infer_layer_params(r: dict[str, Array], hidden: Array, experts: Array, tp: A
     experts by ``expert_split``: tp, or the ep GPUs of wide expert parallelism; MLA's down projections whole on
     every rank)."""
     h = hidden
-    split = tp if expert_split is None else expert_split
     return ((h * r["attn_in"] + r["up_params"] + r["o_width"] * h + r["n_mlp"] * h * r["ffn_dense"]) / tp
-            + h * r["attn_rep"] + r["moe_frac"] * (experts * r["expert_params"] / split + h * experts))
+            + h * r["attn_rep"] + routed_layer_params(r, experts, tp if expert_split is None else expert_split)
+            + r["moe_frac"] * h * experts)
+
+
+def routed_layer_params(r: dict[str, Array], experts: Array, split: Array) -> Array:
+    """Routed-expert weights of the mean layer on one GPU: moe_frac·E·n_mlp·h·f_moe / split (0 for a dense model)."""
+    return r["moe_frac"] * experts * r["expert_params"] / split
 
 
 def model_input(inputs: Any, key: str) -> Any:

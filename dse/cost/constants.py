@@ -151,6 +151,22 @@ MOE_NVFP4_GEMM_FRACTION = 0.533
 #: HBM peak for 0.5625 bytes per weight (NVFP4 values and their FP8 scale per 16), where dse counts 0.5 bytes at
 #: memory_eff (0.956) of the peak: 0.576 / 0.956 · 0.5 / 0.5625.
 MOE_NVFP4_STREAM_FRACTION = 0.536
+#: Serving: routed experts stored as FP8 with a scale per 128x128 weight block (``moe_quant`` fp8_block: DeepSeek-V3,
+#: Kimi K2) run their grouped GEMMs at this fraction of the engine's dense FP8 GEMM rate.  Sourced: the same
+#: TensorRT-LLM 1.2.0rc5 tables, H100 CUTLASS block-scaled kernels, g = 0.267 of the FP8 peak over the 0.588 of its
+#: dense FP8 GEMMs (trtllm_gemm_large_m.csv); B200's DeepGEMM gives 0.225 / 0.492 = 0.457 and H200's 0.273 / 0.588 =
+#: 0.464, the same to 2 %.  Their weight streaming is within 3 % of per-tensor FP8's (no factor).
+MOE_FP8_BLOCK_GEMM_FRACTION = 0.454
+#: Serving: MXFP4 routed experts (``moe_quant`` mxfp4: gpt-oss) on a GPU without microscaling tensor cores (Hopper,
+#: Ampere) are dequantized into BF16 math (TensorRT-LLM examples/models/core/gpt_oss/README.md: "Hopper | bf16 |
+#: mxfp4", Triton MoE) and reach this fraction of the engine's dense 16-bit GEMM rate.  Sourced: the same 1.2.0rc5
+#: tables, H100 w4a16_mxfp4 at gpt-oss shapes, g = 0.422 of the BF16 peak over the 0.785 of its dense BF16 GEMMs (H200:
+#: 0.418, the same).  On Blackwell the activations are MXFP8 ("Blackwell | mxfp8 | mxfp4"): B200's w4a8_mxfp4_mxfp8
+#: table (1.3.0rc20) gives 0.465 of the FP8 peak, 0.945 of the dense FP8 fraction, so no factor there.
+MOE_MXFP4_BF16_GEMM_FRACTION = 0.537
+#: Bytes per MXFP4 weight: 4-bit E2M1 values and one 8-bit E8M0 scale per block of 32 (OCP Microscaling Formats (MX)
+#: Specification v1.0, 2023, Table 1).
+MXFP4_BYTES_PER_WEIGHT = 0.5 + 1.0 / 32.0
 #: Serving: fixed GPU time of one MoE layer per forward pass (router top-k, token permutation, finalize / unpermute:
 #: kernels that do not scale with the tokens at serving sizes), seconds.  Sourced: the fixed term of the same fits of
 #: TensorRT-LLM 1.2.0rc5's measured MoE layer tables (CUDA-graph replays), median over H100, H200 and B200 and their

@@ -43,6 +43,7 @@ from dse.cost.architecture import (
     layer_record,
     mla_mask,
     model_input,
+    routed_layer_params,
 )
 from dse.cost.compute import gemm_bytes, gemm_flops
 from dse.cost.network import allreduce_time, engine_tp_links, p2p_time, spans_domains
@@ -216,16 +217,51 @@ def layer_gemm_terms(x: dict[str, Array], rec: dict[str, Array], rate: Array, ac
     flops = (gemm_flops(1.0, n_qkv, h) + gemm_flops(1.0, h, o_k) + 2.0 * rec["up_params"] / t
              + gemm_flops(1.0, n_fc1, h) + gemm_flops(1.0, h, f_d)
              + routed * (gemm_flops(1.0, n_fc1_m, h) + gemm_flops(1.0, h, f_m)))
+    rate_e, act_e, wb_e, stream_frac = routed_expert_format(x, rate, act, wb)
     moved = ((h * act + n_qkv * 2.0) + (o_k * act + h * 2.0) + (rec["up_in"] * act + rec["up_out"] / t * 2.0)
              + dense * ((h * act + n_fc1 * 2.0) + (f_d * act + h * 2.0))
-             + routed * ((h * act + n_fc1_m * 2.0) + (f_m * act + h * 2.0)))
+             + routed * ((h * act_e + n_fc1_m * 2.0) + (f_m * act_e + h * 2.0)))
     routed_flops = routed * (gemm_flops(1.0, n_fc1_m, h) + gemm_flops(1.0, h, f_m))
-    gemm_frac, stream_frac = moe_grouped_gemm_fractions(x["precision"])
-    per_token = ((flops - routed_flops) / rate + routed_flops / (rate * gemm_frac)
+    per_token = ((flops - routed_flops) / rate + routed_flops / rate_e
                  + moved / mem + phi * gemm_flops(1.0, E, h) / x["infer_matmul_fp16_rate"])
     fixed = ((h * n_qkv + rec["up_params"] / t + o_k * h + n_mlp * h * f_d) * wb / mem
              + phi * moe * K.MOE_LAYER_FIXED_S)  # the MoE block's routing, permutation and finalize kernels
-    return per_token, fixed, phi * n_mlp * h * f_m * wb / (mem * stream_frac)
+    return per_token, fixed, phi * n_mlp * h * f_m * wb_e / (mem * stream_frac)
+
+
+def routed_expert_format(x: dict[str, Array], rate: Array, act: Array, wb: Array
+                         ) -> tuple[Array, Array, Array, Array]:
+    """(GEMM rate, activation bytes, weight bytes, weight-streaming fraction of ``memory_rate``) of the routed
+    experts, from how the checkpoint stores them (``moe_quant``, :data:`dse.codes.MOE_QUANT`) and the row's dense
+    GEMM ``rate``, ``act`` and ``wb`` (:func:`_rates`):
+
+    * tensor — the row's precision at :func:`moe_grouped_gemm_fractions` of the dense rate;
+    * fp8_block, where the row's precision is fp8 — block-scaled FP8 grouped GEMMs at MOE_FP8_BLOCK_GEMM_FRACTION of
+      the dense FP8 rate (elsewhere the row's own format: an NVFP4 or BF16 conversion of the same model);
+    * mxfp4, at any precision — MXFP4_BYTES_PER_WEIGHT bytes per weight; on GPUs with microscaling tensor cores
+      (``tensor_fp4_flops`` > 0: Blackwell) MXFP8 activations at the dense FP8 rate, elsewhere dequantized into
+      16-bit math at MOE_MXFP4_BF16_GEMM_FRACTION of the dense 16-bit rate (TensorRT-LLM's gpt-oss support matrix).
+
+    Measured kernels behind each value: tests/kernels/trtllm_moe_grouped_gemm.csv (dse.cost.constants).  The dense
+    GEMMs (attention, shared experts) keep the row's per-tensor rate."""
+    q, p = x["moe_quant"], x["precision"]
+    block = mask((q == codes.MOE_QUANT_FP8_BLOCK) & (p == codes.PRECISION_FP8), q)
+    mx = mask(q == codes.MOE_QUANT_MXFP4, q)
+    mx8 = mx * mask(x["tensor_fp4_flops"] > 0, q)  # MXFP8 activations on microscaling tensor cores
+    mx16 = mx - mx8
+    tensor = 1.0 - block - mx
+    gemm_frac, stream_frac = moe_grouped_gemm_fractions(p)
+    rate_e = (tensor * rate * gemm_frac + block * rate * K.MOE_FP8_BLOCK_GEMM_FRACTION
+              + mx8 * x["infer_matmul_fp8_rate"] + mx16 * x["infer_matmul_fp16_rate"] * K.MOE_MXFP4_BF16_GEMM_FRACTION)
+    act_e = (1.0 - mx) * act + mx8 * 1.0 + mx16 * 2.0
+    return rate_e, act_e, routed_weight_bytes(x, wb), tensor * stream_frac + block + mx
+
+
+def routed_weight_bytes(x: dict[str, Array], wb: Array) -> Array:
+    """Bytes per routed-expert weight: MXFP4_BYTES_PER_WEIGHT with ``moe_quant`` mxfp4, else the row's ``wb``
+    (block-scaled FP8 adds 4 bytes of scale per 128x128 block: 0.02 %, neglected)."""
+    mx = mask(x["moe_quant"] == codes.MOE_QUANT_MXFP4, wb)
+    return wb + mx * (K.MXFP4_BYTES_PER_WEIGHT - wb)
 
 
 def moe_grouped_gemm_fractions(precision: Array) -> tuple[Array, Array]:
@@ -238,8 +274,8 @@ def moe_grouped_gemm_fractions(precision: Array) -> tuple[Array, Array]:
     tests/kernels/trtllm_moe_grouped_gemm.csv): its grouped GEMMs reach about half the fraction of peak of its dense
     NVFP4 GEMMs, and stream the visited experts' weights at about half the HBM rate.  Other precisions: 1 and 1:
     per-tensor FP8 grouped GEMMs reach 0.96 (H100) and 0.82 (B200) of the dense FP8 fraction of peak in the same
-    tables, BF16 at least the dense one.  Not modelled (no input names the scaling): block-scaled FP8 (DeepSeek's
-    128x128 scales) reaches only 0.45 of it on H100 (0.267 of peak)."""
+    tables, BF16 at least the dense one.  Experts stored otherwise (block-scaled FP8, MXFP4): the model's
+    ``moe_quant``, :func:`routed_expert_format`."""
     fp4 = mask(precision == codes.PRECISION_FP4, precision)
     return (1.0 + fp4 * (K.MOE_NVFP4_GEMM_FRACTION - 1.0), 1.0 + fp4 * (K.MOE_NVFP4_STREAM_FRACTION - 1.0))
 
@@ -265,6 +301,7 @@ def _infer(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one form
     kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
     kvv = cached_values(x, rec)  # K and V values per token and layer on one GPU
     peak, rate, act, wb = _rates(x)
+    routed_wb = routed_weight_bytes(x, wb)
     mem = x["memory_rate"]
     swiglu = mask(x["mlp"] == codes.MLP_SWIGLU, x["mlp"])
     ffn_tok = (rec["ffn_dense"] + rec["moe_frac"] * (1.0 + moe * (x["top_k"] - 1.0)) * rec["ffn_moe"]) / t
@@ -305,7 +342,8 @@ def _infer(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one form
     p_layer = infer_layer_params(rec, h, E, t)
     untied = mask(x["tied_embeddings"] <= 0, p)
     single = mask(p <= 1, p)
-    weights = stage_layers(L, p) * p_layer * wb + V * h / t * 2.0 * (1.0 + single * untied)
+    weights = (stage_layers(L, p) * (p_layer * wb + routed_layer_params(rec, E, t) * (routed_wb - wb))
+               + V * h / t * 2.0 * (1.0 + single * untied))
     kv_per_seq = held_tokens(s_in + s_out, rec) * stage_layers(L, p) * kvv * kv_b
     kv = b * kv_per_seq
     act_per_token = (4.0 * h + 2.0 * n_fc1) * 2.0  # one layer's live tensors during prefill

@@ -65,6 +65,7 @@ from dse.cost.architecture import (
     layer_record,
     model_input,
     mtp_params,
+    routed_layer_params,
 )
 from dse.cost.compute import gemm_flops
 from dse.cost.inference import (
@@ -76,6 +77,7 @@ from dse.cost.inference import (
     experts_visited,
     kv_bytes_per_value,
     layer_gemm_terms,
+    routed_weight_bytes,
     stage_layers,
 )
 from dse.cost.network import allreduce_terms, alltoall_time, engine_tp_links, p2p_link, spans_domains
@@ -661,12 +663,14 @@ def _kv_capacity(x: dict[str, Array], budget: Array, rec: dict[str, Array] | Non
     frac = np.where(np.isnan(x["kv_memory_fraction"]), DEFAULT_KV_MEMORY_FRACTION, x["kv_memory_fraction"])
     block = np.where(np.isnan(x["kv_block_tokens"]), DEFAULT_KV_BLOCK_TOKENS, x["kv_block_tokens"])
     # ep > 1: ⌈E/ep⌉ expert slots per GPU (expert_slots_per_rank), i.e. E split E/⌈E/ep⌉ ways
-    p_layer = infer_layer_params(rec, h, E, t, expert_split=np.where(
-        x["ep"] > 1, np.maximum(E, 1.0) / np.maximum(expert_slots_per_rank(E, x["ep"]), 1.0), t))
+    expert_split = np.where(x["ep"] > 1, np.maximum(E, 1.0) / np.maximum(expert_slots_per_rank(E, x["ep"]), 1.0), t)
+    p_layer = infer_layer_params(rec, h, E, t, expert_split=expert_split)
     untied = mask(x["tied_embeddings"] <= 0, p)
     single = mask(p <= 1, p)
     draft_params, draft_layers = drafter_size(x, rec)
-    weights = stage_layers(L, p) * p_layer * wb + V * h / t * 2.0 * (1.0 + single * untied) + draft_params / t * wb
+    routed = routed_layer_params(rec, E, expert_split)
+    weights = (stage_layers(L, p) * (p_layer * wb + routed * (routed_weight_bytes(x, wb) - wb))
+               + V * h / t * 2.0 * (1.0 + single * untied) + draft_params / t * wb)
     n_fc1 = (rec["n_mlp"] - 1.0) * (rec["ffn_dense"] + rec["moe_frac"] * (1.0 + moe * (x["top_k"] - 1.0))
                                     * rec["ffn_moe"]) / t
     act_tokens = np.minimum(budget, s_in + s_out)

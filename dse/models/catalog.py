@@ -8,8 +8,8 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
-from dse.codes import ATTENTION_KIND, MLP, encode
-from dse.cost.architecture import ARCHITECTURE_INTEGERS
+from dse.codes import MLP, encode
+from dse.cost.architecture import ARCHITECTURE_CATEGORIES, ARCHITECTURE_INTEGERS, code_column
 
 #: Dimension columns every model (catalogued or custom) must provide.
 MODEL_COLUMNS: tuple[str, ...] = (
@@ -31,8 +31,9 @@ def models() -> pd.DataFrame:
     frame["active_published_b"] = pd.to_numeric(frame["active_published_b"], errors="raise").astype(np.float64)
     for col in ARCHITECTURE_INTEGERS:
         frame[col] = pd.to_numeric(frame[col], errors="raise").astype(np.float64)
-    kind = frame["attention_kind"].astype(object).where(frame["attention_kind"].notna(), ATTENTION_KIND[0])
-    frame["attention_kind_code"] = encode(kind.to_numpy(), ATTENTION_KIND, key="models.csv attention_kind")
+    for col, names in ARCHITECTURE_CATEGORIES.items():
+        kind = frame[col].astype(object).where(frame[col].notna(), names[0])
+        frame[code_column(col)] = encode(kind.to_numpy(), names, key=f"models.csv {col}")
     return frame.set_index("name", drop=False)
 
 
@@ -62,7 +63,7 @@ def parameter_counts(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.nda
                                                        "vocab", "experts", "top_k", "tied_embeddings")}
     x["mlp"] = rows["mlp_code"].to_numpy(dtype=np.float64)
     for k in ARCHITECTURE_COLUMNS:
-        x[k] = np.nan_to_num(rows["attention_kind_code" if k == "attention_kind" else k].to_numpy(dtype=np.float64))
+        x[k] = np.nan_to_num(rows[code_column(k)].to_numpy(dtype=np.float64))
     rec = layer_record(x)
     h, E, V, L = x["hidden"], x["experts"], x["vocab"], x["layers"]
     embed = V * h

@@ -53,7 +53,7 @@ NO_COST_FIELDS: dict[str, str] = {
                                            "qk_layernorm", "ep_size")},
     "attention_bias": "biases are neglected (< 0.1 % of the FLOPs and bytes)",
     "mlp_bias": "biases are neglected (< 0.1 % of the FLOPs and bytes)",
-    "quantization_config": "the weights' format is the row's precision",
+    "quantization_config": "read for moe_quant (QUANT_METHODS); the other weights' format is the row's precision",
     "max_window_layers": "only with use_sliding_window true (refused then)",
     "use_sliding_window": "read with sliding_window",
     "mlp_only_layers": "read with decoder_sparse_step (must be empty)",
@@ -61,6 +61,11 @@ NO_COST_FIELDS: dict[str, str] = {
     "text_config": "Llama 4: the text model's fields are read from it",
     "vision_config": "the vision encoder is not modelled (text generation only)",
 }
+
+#: quantization_config -> moe_quant (how the checkpoint stores its routed experts): quant_method mxfp4 (gpt-oss), fp8
+#: with a weight_block_size (DeepSeek-V3, Kimi K2: 128x128 blocks).  Any other method: the row's precision, one
+#: scale per tensor (moe_quant tensor, the default).
+QUANT_METHODS: dict[str, str] = {"mxfp4": "mxfp4", "fp8": "fp8_block"}
 
 #: Activation names of a gated FFN (SwiGLU: gate, up, down) and of two-matrix ones.
 GATED = ("silu", "swiglu", "swish")
@@ -184,6 +189,15 @@ def hf_to_model(config: dict[str, Any], source: str = "config.json") -> dict[str
     if "experts" in out and int(out["experts"]) <= 1:
         for k in ("moe_ffn_hidden", "shared_experts", "dense_layers", "moe_every"):
             out.pop(k, None)
+    quant = fields.get("quantization_config")
+    if quant is not None and not isinstance(quant, dict):
+        raise ConfigError(f"{source}: field 'quantization_config': value {quant!r} is not allowed; allowed: a mapping "
+                          "with quant_method (Hugging Face's quantization config)")
+    method = QUANT_METHODS.get(str((quant or {}).get("quant_method", "")).lower())
+    if method == "mxfp4" or (method == "fp8_block" and (quant or {}).get("weight_block_size")):
+        out["moe_quant"] = method
+    if int(out.get("experts", 1)) <= 1:
+        out.pop("moe_quant", None)  # no routed experts: a dense model's GEMMs run at the row's precision
     if int(out.get("moe_every", 1)) == 1:
         out.pop("moe_every", None)
     if not out.get("dense_layers"):

@@ -169,8 +169,9 @@ def layer_ops(config: Mapping[str, Any]) -> pd.DataFrame:
     matrix, and fp8's cast-transpose kernels.  ``config`` holds a catalogued ``model`` name or the dimensions,
     and the layout columns.
     """
-    from dse.codes import ATTENTION_KIND, MLP
+    from dse.codes import MLP
     from dse.cost.architecture import (
+        ARCHITECTURE_CATEGORIES,
         ARCHITECTURE_COLUMNS,
         causal_keys,
         layer_gemms,
@@ -198,12 +199,12 @@ def layer_ops(config: Mapping[str, Any]) -> pd.DataFrame:
     b, s = num("micro_batch", 1), num("seq_len", 0)
     precision = str(c.get("precision", "bf16"))
     ob = {"fp8": 1.0, "fp4": 0.5}.get(precision, 2.0)
-    kind = c.get("attention_kind")
     x = {"layers": num("layers", 1), "hidden": h, "heads": a, "kv_heads": num("kv_heads", a),
          "ffn_hidden": num("ffn_hidden", 4 * h), "experts": E, "top_k": topk,
          "mlp": float(MLP.index(str(c.get("mlp", "gelu")))),
-         **{k: num(k, 0.0) for k in ARCHITECTURE_COLUMNS if k != "attention_kind"},
-         "attention_kind": float(ATTENTION_KIND.index(str(kind))) if isinstance(kind, str) else 0.0}
+         **{k: num(k, 0.0) for k in ARCHITECTURE_COLUMNS if k not in ARCHITECTURE_CATEGORIES},
+         **{k: float(names.index(str(c[k]))) if isinstance(c.get(k), str) else 0.0
+            for k, names in ARCHITECTURE_CATEGORIES.items()}}
     rec = layer_record({k: np.asarray(v, dtype=np.float64) for k, v in x.items()})
     moe = E > 1
     T = b * s / cp
