@@ -135,13 +135,16 @@ def stage_split_text(row: pd.Series) -> str:
             f"and loss ({how}, {int(v)} chunk{'s' if v > 1 else ''} per rank)")
 
 
-def architecture_text(row: pd.Series) -> str:
+def architecture_text(row: pd.Series, serving: bool = True) -> str:
     """The architecture columns a row sets (dse.cost.architecture), e.g. ``attention=mla kv_lora_rank=512 …
-    moe_ffn_hidden=2048 shared_experts=1 dense_layers=3 mtp=1``; empty for a plain dense / GQA / MoE model."""
+    moe_ffn_hidden=2048 shared_experts=1 dense_layers=3 mtp=1``; empty for a plain dense / GQA / MoE model.
+    ``serving`` False (training) leaves out ``moe_quant``, which prices inference and serving only."""
     from dse.cost.architecture import ARCHITECTURE_CATEGORIES, ARCHITECTURE_COLUMNS
 
     parts = []
     for key in (*ARCHITECTURE_COLUMNS, "etp"):
+        if key == "moe_quant" and not serving:
+            continue  # the experts' storage prices inference and serving only
         value = row.get(key)
         if value is None or pd.isna(value) or (not isinstance(value, str) and float(value) <= 0):
             continue
@@ -163,8 +166,8 @@ def format_explain(row: pd.Series) -> str:
         f"{model}: L={int(row['layers'])} h={int(row['hidden'])} heads={int(row['heads'])} "
         f"kv_heads={int(row['kv_heads'])} ffn={int(row['ffn_hidden'])} vocab={int(row['vocab'])} "
         f"mlp={row['mlp']} experts={int(row['experts'])} top_k={int(row['top_k'])}")
-    if architecture_text(row):
-        lines.append(f"  {architecture_text(row)}")
+    if architecture_text(row, serving=False):
+        lines.append(f"  {architecture_text(row, serving=False)}")
     lines.append(
         f"on {int(row['gpus'])} x {row['system']}: tp={int(row['tp'])} pp={int(row['pp'])} dp={int(row['dp'])} "
         f"cp={int(row['cp'])} ep={int(row['ep'])} vpp={int(row['vpp'])} sp={int(row['sp'])}; "
@@ -256,6 +259,8 @@ def format_explain_infer(row: pd.Series, ops: pd.DataFrame) -> str:
         f"batch={int(row['batch'])} input_len={int(row['input_len'])} output_len={int(row['output_len'])}; "
         f"precision={row['precision']} kv_precision={row['kv_precision']}",
     ]
+    if architecture_text(row):
+        lines.insert(1, f"  {architecture_text(row)}")
     if not np.isfinite(float(row["tpot_s"])):
         lines.append(f"\nNo answer for this configuration: {row['infeasible_reason']}")
         return "\n".join(lines)
@@ -331,6 +336,8 @@ def format_explain_serve(row: pd.Series) -> str:
         f"{'unlimited' if pd.isna(row.get('max_num_tokens')) else int(row['max_num_tokens'])}; {load}"
         + (f"; stack={row['stack']}" if isinstance(row.get("stack"), str) and row.get("stack") else ""),
     ]
+    if architecture_text(row):
+        lines.insert(1, f"  {architecture_text(row)}")
     pre = row.get("prefill_gpus")
     if pre is not None and not pd.isna(pre):
         lines.append(f"disaggregated: prefill pool {int(pre)} GPUs in replicas of tp={int(row['prefill_tp'])}; "

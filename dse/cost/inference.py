@@ -392,6 +392,7 @@ def inference_ops(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dic
     n_fc1 = (rec["n_mlp"] - 1.0) * f / t
     o_k = rec["o_width"] / t
     peak, _, act, wb = _rates(x)
+    wb_ffn = wb + moe * (routed_weight_bytes(x, wb) - wb)  # a MoE model's FFN weights: its experts' format
     hbm = x["hbm_bw"]
     ridge = peak / np.where(hbm > 0, hbm, np.nan)
     ridge16 = x["tensor_fp16_flops"] / np.where(hbm > 0, hbm, np.nan)
@@ -405,8 +406,8 @@ def inference_ops(inputs: Mapping[str, object], hw: Mapping[str, object]) -> dic
         ops = {
             "qkv_proj": (gemm_flops(tokens, n_qkv, h), gemm_bytes(tokens, n_qkv, h, act, wb, 2.0), ridge),
             "out_proj": (gemm_flops(tokens, h, o_k), gemm_bytes(tokens, h, o_k, act, wb, 2.0), ridge),
-            "ffn_up": (gemm_flops(tk, n_fc1, h), gemm_bytes(tk, n_fc1, h, act, wb * visited, 2.0), ridge),
-            "ffn_down": (gemm_flops(tk, h, f / t), gemm_bytes(tk, h, f / t, act, wb * visited, 2.0), ridge),
+            "ffn_up": (gemm_flops(tk, n_fc1, h), gemm_bytes(tk, n_fc1, h, act, wb_ffn * visited, 2.0), ridge),
+            "ffn_down": (gemm_flops(tk, h, f / t), gemm_bytes(tk, h, f / t, act, wb_ffn * visited, 2.0), ridge),
             "logits": (gemm_flops(b, V / t, h), gemm_bytes(b, V / t, h, 2.0, 2.0, 2.0), ridge16),
         }
         if phase == "prefill":
