@@ -100,11 +100,12 @@ SERVE_KNOBS: dict[str, str] = {"decode_kv_reads": "per_kv_head or per_query_head
                                "kv_memory_fraction": "number in (0, 1]", "kv_block_tokens": "integer",
                                "chunked_prefill": "0 or 1", "cuda_graphs": "0 or 1",
                                "kv_reservation": "mean or full", "kv_memory_basis": "free or total",
-                               "request_overhead_s": "seconds >= 0", "host_overlap": "0 or 1"}
+                               "request_overhead_s": "seconds >= 0", "host_overlap": "none, always or single_stage"}
 #: Values of the serving settings that name rather than count: their code in the kernel.
 SERVE_VALUE_CODES: dict[str, tuple[str, ...]] = {"decode_kv_reads": codes.DECODE_KV_READS,
                                                  "kv_reservation": ("mean", "full"),
-                                                 "kv_memory_basis": ("free", "total")}
+                                                 "kv_memory_basis": ("free", "total"),
+                                                 "host_overlap": ("none", "always", "single_stage")}
 SPECIAL = ("auto", "when_vpp", "when_uneven")
 #: The knobs a special value other than ``auto`` may set (``when_uneven`` resolves to a pipeline split).
 SPECIAL_KNOBS: dict[str, tuple[str, ...]] = {"when_vpp": ("dp_overlap", "pp_overlap", "sp"),

@@ -745,8 +745,9 @@ def test_host_time_per_request_adds_to_each_iteration_and_nothing_when_unset(mon
 
 
 def test_overlapped_host_time_makes_the_iteration_the_longer_of_gpu_and_host(monkeypatch):
-    """``host_overlap`` = 1 (TensorRT-LLM 1.x's overlap scheduler): the host work r·(requests) of the next
-    iteration runs under the GPU work of this one, so an iteration takes max(GPU, host), not their sum.  At
+    """``host_overlap`` single_stage on one stage (TensorRT-LLM 1.x's overlap scheduler): the host work
+    r·(requests) of the next iteration runs under the GPU work of this one, so an iteration takes max(GPU, host),
+    not their sum.  At
     maximum load under the token budget the requests per iteration do not depend on r: the iteration is the
     GPU's where the host is shorter and exactly r·requests where it is longer.  Under a request rate (the
     iterated fixed point, since max() is not affine) Little's law still holds: X = λ·t(X)."""
@@ -754,7 +755,7 @@ def test_overlapped_host_time_makes_the_iteration_the_longer_of_gpu_and_host(mon
 
     row = {**BASE, "stack": "tensorrt-llm-1.0", "batch": 2048, "max_num_tokens": 2048, "input_len": 128,
            "output_len": 128}
-    assert stacks.profile("tensorrt-llm-1.0")["host_overlap"] == "1"
+    assert stacks.profile("tensorrt-llm-1.0")["host_overlap"] == "single_stage"
 
     def with_r(value: str) -> pd.Series:
         monkeypatch.setitem(stacks.PROFILE_OVERRIDES, ("tensorrt-llm-1.0", "request_overhead_s"), value)
@@ -784,6 +785,36 @@ def test_overlapped_host_time_makes_the_iteration_the_longer_of_gpu_and_host(mon
     lam = 0.5 * large["output_tokens_per_s"] / 128
     x_iter = rated["iteration_tokens"] / (128 + 128 - 1)
     assert x_iter == pytest.approx(lam * rated["iteration_ms"] * 1e-3, rel=1e-3)
+
+
+def test_pipelined_replicas_add_the_host_work_to_the_iteration(monkeypatch):
+    """TensorRT-LLM's PyTorch backend overlaps its host loop with the GPU only for pp_size 1; with pipeline stages
+    it runs _executor_loop_pp (py_executor.py), so host_overlap single_stage adds the host work r·(requests of the
+    micro-batch) to each stage iteration: the iteration is the GPU's plus r·requests, where on one stage it was
+    max(GPU, host).  A stack that always overlaps keeps max() at pp 2."""
+    from dse import stacks
+
+    row = {**BASE, "stack": "tensorrt-llm-1.0", "batch": 512, "max_num_tokens": 2048, "input_len": 128,
+           "output_len": 128, "tp": 2, "pp": 2, "gpus": 4}
+
+    def with_profile(**values: str) -> pd.Series:
+        for key, value in values.items():
+            monkeypatch.setitem(stacks.PROFILE_OVERRIDES, ("tensorrt-llm-1.0", key), value)
+        stacks.serving_tables.cache_clear()
+        try:
+            return serve(**row)
+        finally:
+            monkeypatch.undo()
+            stacks.serving_tables.cache_clear()
+
+    gpu = with_profile(request_overhead_s="0")
+    requests = gpu["iteration_tokens"] * 128 / (128 + 128 - 1)
+    r = float(0.5 * gpu["iteration_ms"] * 1e-3 / requests)  # host half the GPU's time
+    pipelined = with_profile(request_overhead_s=repr(r))
+    always = with_profile(request_overhead_s=repr(r), host_overlap="always")
+    assert always["iteration_ms"] == pytest.approx(gpu["iteration_ms"], rel=1e-9)  # hidden under the GPU
+    assert pipelined["iteration_tokens"] == pytest.approx(gpu["iteration_tokens"])  # the token budget binds
+    assert pipelined["iteration_ms"] == pytest.approx(gpu["iteration_ms"] + r * 1e3 * requests, rel=1e-6)
 
 
 def test_every_draft_accepted_gains_every_draft():

@@ -257,7 +257,7 @@ def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array,
         "compute_token": gemm_flops(1.0, n_all, h) / rate, "traffic_pass": n_all * h * wb / mem,
         "kv_read_token": kv_read / mem,
         "request_overhead": request_overhead_time(x),
-        "host_overlap": mask(x["host_overlap"] > 0, h),
+        "host_overlap": mask(host_overlaps(x), h),
     }
 
 
@@ -334,7 +334,17 @@ def exposed_host_time(host: Array, gpu: Array, overlap: Array) -> Array:
 
 def curved_host(x: dict[str, Array]) -> Array:
     """Rows whose iteration time is max(GPU, host) (:func:`exposed_host_time`): not affine in the requests."""
-    return (x["host_overlap"] > 0) & (np.nan_to_num(x["request_overhead_s"]) > 0)
+    return host_overlaps(x) & (np.nan_to_num(x["request_overhead_s"]) > 0)
+
+
+def host_overlaps(x: dict[str, Array]) -> Array:
+    """True where the engine's host loop runs beside the GPU (:func:`exposed_host_time`): ``host_overlap`` always
+    (code 1), or single_stage (code 2) on a replica of one pipeline stage.  TensorRT-LLM's PyTorch backend picks its
+    loop by the layout: ``_executor_loop_overlap`` (one step of lookahead) only when pp_size is 1, and
+    ``_executor_loop_pp`` otherwise, whichever disable_overlap_scheduler says (tensorrt_llm/_torch/pyexecutor/
+    py_executor.py, PyExecutor.__init__: "if self.dist.pp_size > 1: self.event_loop = self._executor_loop_pp")."""
+    o = x["host_overlap"]
+    return (o == 1) | ((o == 2) & (x["pp"] <= 1))
 
 
 def request_overhead_time(x: dict[str, Array]) -> Array:
