@@ -64,6 +64,8 @@ STACKS: dict[str, str] = {
     "tensorrt-llm-0.9.0": "TensorRT-LLM 0.9.0 (perf-overview document)",
     "tensorrt-llm-0.10.0": "TensorRT-LLM 0.10.0 (perf-overview document)",
     "tensorrt-llm-1.0": "TensorRT-LLM 1.0 (perf-overview document, PyTorch backend)",
+    "tensorrt-llm-1.1": "TensorRT-LLM 1.1 (the perf-overview page after v1.0, PyTorch backend; the release is an "
+                        "ASSUMPTION, the page names none)",
     "vllm-0.11": "vLLM 0.11 (V1 engine)",
     "sglang-0.5": "SGLang 0.5",
     "deepspeed-2023": "HF Transformers + DeepSpeed (ZeRO, ZeRO-Offload) as benchmarked in Zhang et al. 2023 "
@@ -100,12 +102,14 @@ SERVE_KNOBS: dict[str, str] = {"decode_kv_reads": "per_kv_head or per_query_head
                                "kv_memory_fraction": "number in (0, 1]", "kv_block_tokens": "integer",
                                "chunked_prefill": "0 or 1", "cuda_graphs": "0 or 1",
                                "kv_reservation": "mean or full", "kv_memory_basis": "free or total",
-                               "request_overhead_s": "seconds >= 0", "host_overlap": "none, always or single_stage"}
+                               "request_overhead_s": "seconds >= 0", "host_overlap": "none, always or single_stage",
+                               "window_kv": "window or full"}
 #: Values of the serving settings that name rather than count: their code in the kernel.
 SERVE_VALUE_CODES: dict[str, tuple[str, ...]] = {"decode_kv_reads": codes.DECODE_KV_READS,
                                                  "kv_reservation": ("mean", "full"),
                                                  "kv_memory_basis": ("free", "total"),
-                                                 "host_overlap": ("none", "always", "single_stage")}
+                                                 "host_overlap": ("none", "always", "single_stage"),
+                                                 "window_kv": ("window", "full")}
 SPECIAL = ("auto", "when_vpp", "when_uneven")
 #: The knobs a special value other than ``auto`` may set (``when_uneven`` resolves to a pipeline split).
 SPECIAL_KNOBS: dict[str, tuple[str, ...]] = {"when_vpp": ("dp_overlap", "pp_overlap", "sp"),
@@ -153,11 +157,11 @@ SERVING_STACK_SETTINGS: tuple[tuple[str, str], ...] = (
     ("kv_memory_fraction", "kv_memory_fraction"), ("kv_block_tokens", "kv_block_tokens"), ("max_batch", "batch"),
     ("max_num_tokens", "max_num_tokens"), ("decode_kv_reads", "decode_kv_reads"), ("cuda_graphs", "cuda_graphs"),
     ("kv_reservation", "kv_reservation"), ("kv_memory_basis", "kv_memory_basis"),
-    ("request_overhead_s", "request_overhead_s"), ("host_overlap", "host_overlap"))
+    ("request_overhead_s", "request_overhead_s"), ("host_overlap", "host_overlap"), ("window_kv", "window_kv"))
 #: Serving inputs that neither the row nor its stack sets take these values (no CUDA graphs, KV on demand, no host
 #: time per running request).
 SERVING_UNSTATED: dict[str, float] = {"cuda_graphs": 0.0, "kv_reservation": 0.0, "kv_memory_basis": 0.0,
-                                      "request_overhead_s": 0.0, "host_overlap": 0.0}
+                                      "request_overhead_s": 0.0, "host_overlap": 0.0, "window_kv": 0.0}
 #: Profile values set for a fit (:mod:`dse.validation.fit`): (stack, key) -> value; empty when shipped.
 PROFILE_OVERRIDES: dict[tuple[str, str], str] = {}
 

@@ -909,3 +909,25 @@ def test_layers_that_do_not_divide_pp_fill_the_first_stages():
     assert uneven["fits"]
     for col in ("output_tokens_per_s", "ttft_s", "tpot_s", "running_requests"):
         assert uneven[col] == pytest.approx(even[col], rel=1e-6), col
+
+
+def test_an_engine_that_sizes_windowed_layers_as_full_attention_holds_as_many_requests_as_full_attention():
+    """window_kv full (TensorRT-LLM 1.1's KV cache manager: sliding-window blocks written linearly, "as many blocks as
+    full attention", kvCacheManager.cpp): gpt-oss-20b's KV capacity is that of the same model with every layer
+    full attention, and about half (12 of 24 layers windowed at 128 tokens) what a rolling window holds; its time
+    per iteration at a fixed batch is the windowed model's (the attention still reads only the window)."""
+    from dse import stacks
+
+    row = {"model": "gpt-oss-20b", "system": "h100-sxm-80gb", "tp": 1, "precision": "bf16", "input_len": 1000,
+           "output_len": 1000, "stack": "tensorrt-llm-1.1"}
+    dims = {"layers": 24, "hidden": 2880, "heads": 64, "kv_heads": 8, "ffn_hidden": 2880, "vocab": 201088,
+            "mlp": "swiglu", "experts": 32, "top_k": 4, "head_dim": 64, "moe_quant": "mxfp4", "tied_embeddings": 0}
+    assert stacks.profile("tensorrt-llm-1.1")["window_kv"] == "full"
+    full_kv = serve(**row)
+    no_window = serve(**{**row, **dims, "model": "gpt-oss-20b-full-attention"})
+    rolling = serve(**{**row, "stack": "tensorrt-llm-1.0"})
+    assert full_kv["kv_capacity_requests"] == no_window["kv_capacity_requests"]
+    assert 1.8 < rolling["kv_capacity_requests"] / full_kv["kv_capacity_requests"] < 2.0
+    fixed = {**row, "batch": 256, "max_num_tokens": 2048}
+    older = serve(**{**fixed, "stack": "tensorrt-llm-1.0"})
+    assert serve(**fixed)["iteration_ms"] == pytest.approx(older["iteration_ms"], rel=1e-6)

@@ -161,7 +161,7 @@ CORPUS: dict[str, Bad] = {
                                           allowed=("task 'infer'", "batch, input_len, output_len")),
     "training_stack_on_serve_spec": Bad(spec_text(SERVE_GRID | {"stack": "megatron-lm-2021"}, task="serve"),
                                         key=("grid.stack",), value=("'megatron-lm-2021'", "a training stack"),
-                                        allowed=("tensorrt-llm-1.0, vllm-0.11",)),
+                                        allowed=("tensorrt-llm-1.0, tensorrt-llm-1.1, vllm-0.11",)),
     "serving_stack_on_train_spec": Bad(spec_text(base_grid(stack=["nemo-24.07", "vllm-0.11"])), key=("grid.stack",),
                                        value=("'vllm-0.11'", "an inference stack"),
                                        allowed=("megatron-lm-2021", "nemo-24.07")),

@@ -90,7 +90,7 @@ SERVE_INPUTS: tuple[str, ...] = (*INFER_INPUTS, "max_num_tokens", "request_rate"
                                  "kv_block_tokens", "decode_kv_reads", "prefill_gpus", "prefill_tp", "concurrency",
                                  "cuda_graphs", "kv_reservation", "kv_memory_basis", "ep", "spec_tokens",
                                  "spec_acceptance", "spec_method", "think_time_s", "arrival", "request_overhead_s",
-                                 "host_overlap")
+                                 "host_overlap", "window_kv")
 #: Latency percentiles reported (per cent); ``ttft_s`` and ``tpot_s`` are the means.
 PERCENTILES: tuple[int, ...] = (50, 90, 99)
 TTFT_PERCENTILES: tuple[str, ...] = tuple(f"ttft_p{q}_s" for q in PERCENTILES)
@@ -697,11 +697,23 @@ def _kv_capacity(x: dict[str, Array], budget: Array, rec: dict[str, Array] | Non
     # whole length (kv_reservation = 1)
     held = s_in + s_out * pick(mask(x["kv_reservation"] > 0, s_in), 1.0, 0.5)
     pages = np.ceil(held / block) * block
-    # K and V per request token per GPU; a windowed layer holds at most its window of them
-    kv_token = (stage_layers(L, p) + draft_layers) * cached_values(x, rec) * kv_b * held_tokens(pages, rec) / pages
+    kv_token = (stage_layers(L, p) + draft_layers) * cached_values(x, rec) * kv_b * held_share(x, rec, pages)
     capacity = np.floor(np.maximum(kv_budget, 0.0) / (kv_token * pages))
     return {"weights": weights, "activations": activations, "kv_budget": kv_budget, "pages": pages,
             "kv_token": kv_token, "capacity": capacity}
+
+
+def held_share(x: dict[str, Array], rec: dict[str, Array], pages: Array) -> Array:
+    """The share of a request's ``pages`` tokens whose K and V the engine's KV cache holds, averaged over the layers:
+    a windowed (or chunked) layer holds at most its window (``window_kv`` window: a rolling buffer, vLLM's hybrid KV
+    cache manager; :func:`dse.cost.architecture.held_tokens`), or every token as a full-attention layer does
+    (``window_kv`` full: TensorRT-LLM's KV cache manager writes sliding-window blocks linearly and gives each sequence
+    "as many blocks as full attention, where full attention has windowSize = maxSequenceLength",
+    cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp BlockManager::BlockManager, maxTokenNum = max(windowSize,
+    maxSequenceLength); its per-window memory split "is not used for calculateMaxNumBlocks because we want to first
+    achieve identical performance as assuming all layers as full attention").  The attention still reads only the
+    window either way."""
+    return pick(mask(x["window_kv"] > 0, pages), 1.0, held_tokens(pages, rec) / pages)
 
 
 def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
