@@ -744,6 +744,20 @@ def test_host_time_per_request_adds_to_each_iteration_and_nothing_when_unset(mon
     assert a["iteration_ms"][0] == pytest.approx(without["iteration_ms"])
 
 
+def serve_with_profile(monkeypatch, row: dict, **values: str) -> pd.Series:
+    """``serve(**row)`` with the tensorrt-llm-1.0 profile's settings ``values`` overridden for the call."""
+    from dse import stacks
+
+    for key, value in values.items():
+        monkeypatch.setitem(stacks.PROFILE_OVERRIDES, ("tensorrt-llm-1.0", key), value)
+    stacks.serving_tables.cache_clear()
+    try:
+        return serve(**row)
+    finally:
+        monkeypatch.undo()
+        stacks.serving_tables.cache_clear()
+
+
 def test_overlapped_host_time_makes_the_iteration_the_longer_of_gpu_and_host(monkeypatch):
     """``host_overlap`` single_stage on one stage (TensorRT-LLM 1.x's overlap scheduler): the host work
     r·(requests) of the next iteration runs under the GPU work of this one, so an iteration takes max(GPU, host),
@@ -758,13 +772,7 @@ def test_overlapped_host_time_makes_the_iteration_the_longer_of_gpu_and_host(mon
     assert stacks.profile("tensorrt-llm-1.0")["host_overlap"] == "single_stage"
 
     def with_r(value: str) -> pd.Series:
-        monkeypatch.setitem(stacks.PROFILE_OVERRIDES, ("tensorrt-llm-1.0", "request_overhead_s"), value)
-        stacks.serving_tables.cache_clear()
-        try:
-            return serve(**row)
-        finally:
-            monkeypatch.undo()
-            stacks.serving_tables.cache_clear()
+        return serve_with_profile(monkeypatch, row, request_overhead_s=value)
 
     gpu = with_r("0")
     requests = gpu["iteration_tokens"] * 128 / (128 + 128 - 1)
@@ -792,20 +800,12 @@ def test_pipelined_replicas_add_the_host_work_to_the_iteration(monkeypatch):
     it runs _executor_loop_pp (py_executor.py), so host_overlap single_stage adds the host work r·(requests of the
     micro-batch) to each stage iteration: the iteration is the GPU's plus r·requests, where on one stage it was
     max(GPU, host).  A stack that always overlaps keeps max() at pp 2."""
-    from dse import stacks
 
     row = {**BASE, "stack": "tensorrt-llm-1.0", "batch": 512, "max_num_tokens": 2048, "input_len": 128,
            "output_len": 128, "tp": 2, "pp": 2, "gpus": 4}
 
     def with_profile(**values: str) -> pd.Series:
-        for key, value in values.items():
-            monkeypatch.setitem(stacks.PROFILE_OVERRIDES, ("tensorrt-llm-1.0", key), value)
-        stacks.serving_tables.cache_clear()
-        try:
-            return serve(**row)
-        finally:
-            monkeypatch.undo()
-            stacks.serving_tables.cache_clear()
+        return serve_with_profile(monkeypatch, row, **values)
 
     gpu = with_profile(request_overhead_s="0")
     requests = gpu["iteration_tokens"] * 128 / (128 + 128 - 1)
