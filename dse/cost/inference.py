@@ -280,11 +280,11 @@ def moe_grouped_gemm_fractions(precision: Array) -> tuple[Array, Array]:
     return (1.0 + fp4 * (K.MOE_NVFP4_GEMM_FRACTION - 1.0), 1.0 + fp4 * (K.MOE_NVFP4_STREAM_FRACTION - 1.0))
 
 
-def _layer_gemms(tokens: Array, x: dict[str, Array], rec: dict[str, Array], rate: Array, act: Array,
-                 wb: Array) -> Array:
-    """Time of one layer's GEMMs for ``tokens`` tokens on one GPU (:func:`layer_gemm_terms`); a mixture of
-    experts streams the weights of the experts its tokens visit (:func:`experts_visited`)."""
-    per_token, attn_weights, ffn_weights = layer_gemm_terms(x, rec, rate, act, wb)
+def _layer_gemms(tokens: Array, x: dict[str, Array], terms: tuple[Array, Array, Array]) -> Array:
+    """Time of one layer's GEMMs for ``tokens`` tokens on one GPU from its :func:`layer_gemm_terms` (computed once
+    for the prefill and the decode); a mixture of experts streams the weights of the experts its tokens visit
+    (:func:`experts_visited`)."""
+    per_token, attn_weights, ffn_weights = terms
     E, k = x["experts"], x["top_k"]
     visited = 1.0 + mask(E > 1, E) * (experts_visited(E, k, tokens) - 1.0)  # weights of the experts actually run
     return per_token * tokens + attn_weights + ffn_weights * visited
@@ -310,7 +310,8 @@ def _infer(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one form
 
     # ---- prefill: batch · input_len tokens ---------------------------------------------------------------
     T = b * s_in
-    pre_gemm = _layer_gemms(T, x, rec, rate, act, wb)
+    gemm_terms = layer_gemm_terms(x, rec, rate, act, wb)
+    pre_gemm = _layer_gemms(T, x, gemm_terms)
     keys = causal_keys(s_in, rec["window"], rec["full_frac"], K.CAUSAL_FRACTION, rec["chunk"])
     pre_attn = 4.0 * b * s_in * keys * rec["core"] / t / x["infer_attention_rate"]
     act_bytes = pick(swiglu, K.ACTIVATION_FWD_BYTES_SWIGLU, K.ACTIVATION_FWD_BYTES_2MAT)
@@ -326,7 +327,7 @@ def _infer(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one form
 
     # ---- decode: one token per request, at the mean context ----------------------------------------------
     ctx = s_in + 0.5 * s_out
-    dec_gemm = _layer_gemms(b, x, rec, rate, act, wb)
+    dec_gemm = _layer_gemms(b, x, gemm_terms)
     # FlashAttention-style (KV once per KV head) or TensorRT-LLM <= 0.10's issue-bound kernels
     attn_token, _ = decode_attention_time(ctx, x, kv_heads_gpu, kv_b, rec)
     dec_attn = b * attn_token + 4.0 * b * h / t * 2.0 / mem  # + the query and output vectors
