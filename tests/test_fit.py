@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -91,3 +93,23 @@ def test_engine_allreduce_is_slower_than_nccl_large_message_rate():
     t = allreduce_time(33554432.0, n, engine_tp_links(n, hw))[0]
     assert t == pytest.approx(198.5e-6, rel=0.25)
     assert t > 33554432.0 * 1.75 / hw["scaleup_allreduce_bw"][0] + hw["scaleup_latency_s"][0]
+
+
+def test_moe_grouped_gemm_table_is_the_fit_of_its_measured_points():
+    """Every row of tests/kernels/trtllm_moe_grouped_gemm.csv (the fixed time, weight-streaming and GEMM fractions
+    behind MOE_NVFP4_*, MOE_FP8_BLOCK_GEMM_FRACTION, MOE_MXFP4_BF16_GEMM_FRACTION and MOE_LAYER_FIXED_S) is
+    dse.validation.fit.moe_grouped_gemm_fit of the measured TensorRT-LLM MoE layer points kept beside it
+    (trtllm_moe_layer_points.csv, transcribed from ai-dynamo/aiconfigurator @095f58a moe_perf.parquet)."""
+    import pandas as pd
+
+    from dse.validation.fit import moe_grouped_gemm_fit
+
+    kernels = Path(__file__).parent / "kernels"
+    points = pd.read_csv(kernels / "trtllm_moe_layer_points.csv")
+    table = pd.read_csv(kernels / "trtllm_moe_grouped_gemm.csv")
+    for _, row in table.iterrows():
+        rows = points[(points["gpu"] == row["gpu"]) & (points["dtype"] == row["dtype"])]
+        assert len(rows) == row["points"], (row["gpu"], row["dtype"])
+        fixed, stream, gemm, error = moe_grouped_gemm_fit(rows)
+        assert (fixed * 1e6, stream, gemm, error * 100) == pytest.approx(
+            (row["fixed_us"], row["stream_eff"], row["gemm_eff"], row["fit_mape_pct"]), abs=0.051), row["dtype"]

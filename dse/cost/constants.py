@@ -145,7 +145,9 @@ MOE_HOST_S_PER_LOCAL_EXPERT = 4.62e-4
 #: ai-dynamo/aiconfigurator @095f58a (b200_sxm/moe/trtllm/1.2.0rc5/moe_perf.parquet; DeepSeek-V3, Qwen3-235B and
 #: Qwen3-30B expert shapes, moe_ep 1-8) fitted to fixed + weights / (HBM · s) + FLOPs / (peak · g): g = 0.201 of the
 #: FP4 peak, over the 0.3772 its dense NVFP4 GEMMs reach (tests/kernels/trtllm_gemm_large_m.csv).  Derivation kept in
-#: tests/kernels/trtllm_moe_grouped_gemm.csv (tests/test_training_model.py checks it).
+#: tests/kernels/trtllm_moe_grouped_gemm.csv (tests/test_training_model.py checks it), itself
+#: dse.validation.fit.moe_grouped_gemm_fit of the measured points in tests/kernels/trtllm_moe_layer_points.csv
+#: (tests/test_fit.py reproduces every row; the same holds for the block-FP8 and MXFP4 fractions below).
 MOE_NVFP4_GEMM_FRACTION = 0.533
 #: ... and they stream the visited experts' weights at this fraction of ``memory_rate``: the same fit's 0.576 of the
 #: HBM peak for 0.5625 bytes per weight (NVFP4 values and their FP8 scale per 16), where dse counts 0.5 bytes at

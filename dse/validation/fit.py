@@ -122,12 +122,11 @@ def log_error_objective(files: Sequence[str | Path], assumptions: Sequence[Assum
     return objective
 
 
-#: The measured tensor-parallel all-reduce kernels of an inference engine (TensorRT-LLM's custom all-reduce,
-#: aiconfigurator's tables) from which :func:`engine_allreduce_constants` derives each generation's
-#: ``infer_allreduce_eff`` and ``infer_allreduce_latency_us``: table GPU → the catalog system it ran on, whose
-#: generation and scale-up line rate (``scaleup_gbps``, dse/hardware/systems.csv) it measures.  H100 and H200
-#: share NVLink 4 and pool into Hopper.
-ALLREDUCE_KERNEL_SYSTEMS: dict[str, str] = {"a100_sxm": "a100-sxm-80gb", "h100_sxm": "h100-sxm-80gb",
+#: The GPUs of TensorRT-LLM's measured kernel tables (aiconfigurator) → the catalog system each ran on, whose
+#: generation, peaks, HBM and scale-up line rate (dse/hardware/systems.csv) the fits below measure against:
+#: :func:`engine_allreduce_constants` (H100 and H200 share NVLink 4 and pool into Hopper) and
+#: :func:`moe_grouped_gemm_fit`.
+KERNEL_TABLE_SYSTEMS: dict[str, str] = {"a100_sxm": "a100-sxm-80gb", "h100_sxm": "h100-sxm-80gb",
                                             "h200_sxm": "h200-sxm-141gb", "b200_sxm": "b200", "l40s": "l40s"}
 
 
@@ -145,11 +144,11 @@ def engine_allreduce_fit(message_bytes: np.ndarray, ranks: np.ndarray, seconds: 
 def engine_allreduce_constants(table: pd.DataFrame) -> dict[str, tuple[float, float]]:
     """Per generation: (infer_allreduce_eff, infer_allreduce_latency_us) from a table of measured all-reduce kernels
     (columns gpu, num_gpus, message_bytes, latency_us; tests/kernels/trtllm_custom_allreduce.csv), the bus bandwidth
-    as a fraction of the scale-up line rate of the system each GPU ran on (:data:`ALLREDUCE_KERNEL_SYSTEMS`)."""
+    as a fraction of the scale-up line rate of the system each GPU ran on (:data:`KERNEL_TABLE_SYSTEMS`)."""
     from dse.hardware.catalog import systems
 
     catalog = systems()
-    system = table["gpu"].map(ALLREDUCE_KERNEL_SYSTEMS)
+    system = table["gpu"].map(KERNEL_TABLE_SYSTEMS)
     generation = system.map(catalog["generation"])
     line = system.map(catalog["scaleup_gbps"]) * 1e9
     out: dict[str, tuple[float, float]] = {}
@@ -161,6 +160,43 @@ def engine_allreduce_constants(table: pd.DataFrame) -> dict[str, tuple[float, fl
                                             rows["latency_us"].to_numpy() * 1e-6)
         out[str(gen)] = (busbw / float(rates[0]), alpha * 1e6)
     return out
+
+
+#: Bytes per stored expert weight in TensorRT-LLM's MoE kernel tables, scales included: FP8 with an fp32 scale per
+#: 128x128 block (DeepSeek-V3 report §3.3.2), NVFP4 with an FP8 scale per 16, MXFP4 with an E8M0 scale per 32 (OCP MX
+#: v1.0 Table 1); and the tensor-core peak each kernel's math runs at (W4A16 dequantizes into 16-bit math, W4A8 runs
+#: MXFP8).
+MOE_TABLE_WEIGHT_BYTES: dict[str, float] = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0 + 4.0 / 128**2,
+                                            "nvfp4": 0.5 + 1.0 / 16.0, "w4a16_mxfp4": 0.5 + 1.0 / 32.0,
+                                            "w4a8_mxfp4_mxfp8": 0.5 + 1.0 / 32.0}
+MOE_TABLE_PEAK: dict[str, str] = {"bfloat16": "tensor_fp16_tflops", "w4a16_mxfp4": "tensor_fp16_tflops",
+                                  "fp8": "tensor_fp8_tflops", "fp8_block": "tensor_fp8_tflops",
+                                  "w4a8_mxfp4_mxfp8": "tensor_fp8_tflops", "nvfp4": "tensor_fp4_tflops"}
+
+
+def moe_grouped_gemm_fit(points: pd.DataFrame) -> tuple[float, float, float, float]:
+    """(fixed s, weight-streaming fraction of the HBM peak, GEMM fraction of the dtype's peak, mean relative error) of
+    one MoE layer kernel (one gpu and dtype of tests/kernels/trtllm_moe_layer_points.csv): least squares on relative
+    error of L = fixed + W_visited / (HBM · s) + F / (peak · g), with T tokens, each routed to k of E experts split
+    over ep GPUs, F = 2·3·h·f·T·k/ep (gate, up and down) and W_visited = E/ep·(1 − (1 − k/E)^T)·3·h·f bytes of the
+    experts the tokens visit (:func:`dse.cost.inference.experts_visited`); peaks and HBM from the catalog system the
+    table ran on (:data:`KERNEL_TABLE_SYSTEMS`)."""
+    from dse.hardware.catalog import systems
+
+    (gpu,) = points["gpu"].unique()
+    (dtype,) = points["dtype"].unique()
+    system = systems().loc[[KERNEL_TABLE_SYSTEMS[str(gpu)]]]
+    peak = float(system[MOE_TABLE_PEAK[str(dtype)]].iloc[0]) * 1e12
+    hbm = float(system["hbm_tbps"].iloc[0]) * 1e12
+    t, h, f = (points[c].to_numpy(dtype=np.float64) for c in ("tokens", "hidden", "inter"))
+    e, k, ep = (points[c].to_numpy(dtype=np.float64) for c in ("experts", "top_k", "ep"))
+    latency = points["latency_us"].to_numpy(dtype=np.float64) * 1e-6
+    flops = t * k / ep * 6.0 * h * f
+    weights = e / ep * (1.0 - (1.0 - k / e) ** t) * 3.0 * h * f * MOE_TABLE_WEIGHT_BYTES[str(dtype)]
+    a = np.stack([np.ones_like(t), weights / hbm, flops / peak], 1)
+    (fixed, inv_s, inv_g), *_ = np.linalg.lstsq(a / latency[:, None], np.ones_like(latency), rcond=None)
+    error = float(np.mean(np.abs(a @ np.array([fixed, inv_s, inv_g]) / latency - 1.0)))
+    return float(fixed), float(1.0 / inv_s), float(1.0 / inv_g), error
 
 
 def shipped_value(generation: str, column: str) -> float:
