@@ -642,6 +642,7 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     x["kv_reservation"] = np.full(n, np.nan)
     x["kv_memory_basis"] = np.full(n, np.nan)
     x["request_overhead_s"] = np.full(n, np.nan)
+    x["request_setup_s"] = np.full(n, np.nan)
     x["host_overlap"] = np.full(n, np.nan)
     x["window_kv"] = np.full(n, np.nan)
     # (decode_kv_reads: filled by infer_inputs from the row or its stack)

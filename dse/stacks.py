@@ -17,7 +17,8 @@ tp > 1); ``when_vpp`` (1 when the row interleaves, vpp > 1, else 0: Megatron-Bri
 layers plus the embedding and the loss do, else ``even``; :func:`embedding_loss_where_uneven`).
 Settings the cost model has no term for (``fp8_recipe``) are recorded for the reader; the serving settings
 (``max_batch``, ``max_num_tokens``, ``kv_memory_fraction``, ``kv_block_tokens``, ``chunked_prefill``,
-``cuda_graphs``, ``kv_reservation``, ``kv_memory_basis``, ``request_overhead_s``, ``host_overlap``) are the
+``cuda_graphs``, ``kv_reservation``, ``kv_memory_basis``, ``request_overhead_s``, ``request_setup_s``,
+``host_overlap``) are the
 engine's defaults.
 """
 
@@ -102,7 +103,8 @@ SERVE_KNOBS: dict[str, str] = {"decode_kv_reads": "per_kv_head or per_query_head
                                "kv_memory_fraction": "number in (0, 1]", "kv_block_tokens": "integer",
                                "chunked_prefill": "0 or 1", "cuda_graphs": "0 or 1",
                                "kv_reservation": "mean or full", "kv_memory_basis": "free or total",
-                               "request_overhead_s": "seconds >= 0", "host_overlap": "none, always or single_stage",
+                               "request_overhead_s": "seconds >= 0", "request_setup_s": "seconds >= 0",
+                               "host_overlap": "none, always or single_stage",
                                "window_kv": "window or full"}
 #: Values of the serving settings that name rather than count: their code in the kernel.
 SERVE_VALUE_CODES: dict[str, tuple[str, ...]] = {"decode_kv_reads": codes.DECODE_KV_READS,
@@ -157,11 +159,13 @@ SERVING_STACK_SETTINGS: tuple[tuple[str, str], ...] = (
     ("kv_memory_fraction", "kv_memory_fraction"), ("kv_block_tokens", "kv_block_tokens"), ("max_batch", "batch"),
     ("max_num_tokens", "max_num_tokens"), ("decode_kv_reads", "decode_kv_reads"), ("cuda_graphs", "cuda_graphs"),
     ("kv_reservation", "kv_reservation"), ("kv_memory_basis", "kv_memory_basis"),
-    ("request_overhead_s", "request_overhead_s"), ("host_overlap", "host_overlap"), ("window_kv", "window_kv"))
+    ("request_overhead_s", "request_overhead_s"), ("request_setup_s", "request_setup_s"),
+    ("host_overlap", "host_overlap"), ("window_kv", "window_kv"))
 #: Serving inputs that neither the row nor its stack sets take these values (no CUDA graphs, KV on demand, no host
 #: time per running request).
 SERVING_UNSTATED: dict[str, float] = {"cuda_graphs": 0.0, "kv_reservation": 0.0, "kv_memory_basis": 0.0,
-                                      "request_overhead_s": 0.0, "host_overlap": 0.0, "window_kv": 0.0}
+                                      "request_overhead_s": 0.0, "request_setup_s": 0.0, "host_overlap": 0.0,
+                                      "window_kv": 0.0}
 #: Profile values set for a fit (:mod:`dse.validation.fit`): (stack, key) -> value; empty when shipped.
 PROFILE_OVERRIDES: dict[tuple[str, str], str] = {}
 

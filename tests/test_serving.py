@@ -351,7 +351,8 @@ def test_hopper_xqa_only_for_the_shape_and_cache_it_ships():
 
 def test_one_issue_rate_per_sm_clock_fits_ampere_and_hopper():
     """The masked-MHA rate is fitted per generation, Ampere on the A100 rows and Hopper on the H100 rows,
-    independently; they agree within 12 % (13.67 and 12.24 elements per SM-clock; 13.47 and 12.24 before the
+    independently; they agree within 12 % (13.41 and 12.24 elements per SM-clock with the time per admitted
+    request; 13.67 and 12.24 with the time per running request instead; 13.47 and 12.24 before the
     engines' all-reduce kernels were measured, 12.86 and 12.24 before the batch manager's host time per request was
     modelled, 11.05 and 11.42 before the KV reservation to completion), which is close to what an instruction-issue
     bound predicts: both SMs issue 4 warp instructions per clock.  The H200 (held out) serves the issue-bound rows
@@ -707,27 +708,36 @@ def test_percentiles_on_random_configurations_are_finite_and_ordered():
     assert (out["ttft_p99_s"][closed] >= out["queue_wait_s"][closed] * (1 - 1e-6)).all()
 
 
-def test_host_time_per_request_adds_to_each_iteration_and_nothing_when_unset(monkeypatch):
-    """``request_overhead_s`` (a stack setting; TensorRT-LLM 0.10's batch manager) adds r·(decode requests +
-    prompts) to an iteration: at maximum load under the token budget the iteration carries the same requests with
-    and without it, and its time grows by exactly that.  Set to 0 it is the model without the term."""
+@pytest.mark.parametrize("key", ["request_overhead_s", "request_setup_s"])
+def test_host_time_per_request_adds_to_each_iteration_and_nothing_when_unset(monkeypatch, key):
+    """The engine's host time (stack settings, added to an iteration the 0.10 batch manager does not overlap):
+    ``request_overhead_s`` adds r·(decode requests + prompts) and ``request_setup_s`` (TensorRT-LLM 0.10's, per
+    request admitted) adds s·prompts.  At maximum load under the token budget the iteration carries the same requests
+    with and without either, and its time grows by exactly that.  Set to 0 it is the model without the term."""
     from dse import stacks
 
     row = {**BASE, "stack": "tensorrt-llm-0.10.0", "batch": 2048, "max_num_tokens": 2048, "input_len": 128,
            "output_len": 128}
-    r = float(stacks.profile("tensorrt-llm-0.10.0")["request_overhead_s"])
-    assert r > 0
-    with_host = serve(**row)
-    monkeypatch.setitem(stacks.PROFILE_OVERRIDES, ("tensorrt-llm-0.10.0", "request_overhead_s"), "0")
-    stacks.serving_tables.cache_clear()
-    try:
-        without = serve(**row)
-    finally:
-        monkeypatch.undo()
+
+    def with_values(**values: str) -> pd.Series:
+        for k, v in values.items():
+            monkeypatch.setitem(stacks.PROFILE_OVERRIDES, ("tensorrt-llm-0.10.0", k), v)
         stacks.serving_tables.cache_clear()
+        try:
+            return serve(**row)
+        finally:
+            monkeypatch.undo()
+            stacks.serving_tables.cache_clear()
+
+    r = 5e-6 if key == "request_overhead_s" else float(stacks.profile("tensorrt-llm-0.10.0")[key])
+    assert r > 0
+    other = "request_setup_s" if key == "request_overhead_s" else "request_overhead_s"
+    with_host = with_values(**{key: repr(r), other: "0"})
+    without = with_values(request_overhead_s="0", request_setup_s="0")
     assert with_host["limit"] == without["limit"] == "tokens"
     assert with_host["iteration_tokens"] == pytest.approx(without["iteration_tokens"])
-    requests = without["iteration_tokens"] * 128 / (128 + 128 - 1)  # X·output_len: X prompts, X·127 decodes
+    prompts = without["iteration_tokens"] / (128 + 128 - 1)  # X prompts of 128 tokens and X·127 decode tokens
+    requests = prompts * 128 if key == "request_overhead_s" else prompts
     assert with_host["iteration_ms"] - without["iteration_ms"] == pytest.approx(r * 1e3 * requests, rel=1e-3)
     # a kernel caller that does not know the input gets 0: today's numbers, bit for bit
     from dse.cost.serving import SERVE_INPUTS, serve_step
@@ -736,9 +746,9 @@ def test_host_time_per_request_adds_to_each_iteration_and_nothing_when_unset(mon
 
     x, systems = serve_inputs(pd.DataFrame([row]))
     hw = hwcat.hardware_columns(systems)
-    x0 = {**x, "request_overhead_s": np.zeros(1)}
-    absent = {k: v for k, v in x0.items() if k != "request_overhead_s"}
-    assert "request_overhead_s" in SERVE_INPUTS
+    x0 = {**x, "request_overhead_s": np.zeros(1), "request_setup_s": np.zeros(1)}
+    absent = {k: v for k, v in x0.items() if k != key}
+    assert key in SERVE_INPUTS
     a, b = serve_step(x0, hw), serve_step(absent, hw)
     assert all(np.array_equal(a[k], b[k], equal_nan=True) for k in ("iteration_ms", "tpot_s", "ttft_s"))
     assert a["iteration_ms"][0] == pytest.approx(without["iteration_ms"])

@@ -512,6 +512,8 @@ def random_serve_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], 
     x["cuda_graphs"] = rng.integers(0, 2, n).astype(np.float64)
     x["kv_reservation"] = rng.integers(0, 2, n).astype(np.float64)
     x["request_overhead_s"] = np.full(n, 1e-5)  # every row: under CUDA graphs the host loop overlaps the GPU
+    # host time per admitted request where the loop does not overlap (TensorRT-LLM 0.10's; not drawn)
+    x["request_setup_s"] = np.where(x["cuda_graphs"] > 0, 0.0, 1e-3)
     x["host_overlap"] = (x["cuda_graphs"] > 0).astype(np.float64)  # (not drawn: the other draws unchanged)
     x["kv_memory_basis"] = np.zeros(n)  # (not drawn: the other draws unchanged)
     x["window_kv"] = x["kv_reservation"].copy()  # windowed layers held in full where KV is reserved (not drawn)

@@ -53,7 +53,7 @@ SERVING_PARAMETERS: tuple[tuple[str, str], ...] = (
     ("ampere", "mmha_elements_per_clk"),
     ("hopper", "mmha_elements_per_clk"),
     ("hopper", "xqa_elements_per_clk"),
-    ("stack:tensorrt-llm-0.10.0", "request_overhead_s"),
+    ("stack:tensorrt-llm-0.10.0", "request_setup_s"),
 )
 STACK_PREFIX = "stack:"
 #: Global constants of the commodity-server terms (issue 21), ``("global", NAME)``: module constants rather than
