@@ -116,7 +116,7 @@ KERNELS_EAGER = 1
 #: ``store_param_remainders`` (NeMo 1.x ``distributed_fused_adam`` on a bf16 model: a 4-byte gradient buffer,
 #: the 16 low bits of each fp32 master weight, fp32 momentum and variance, 10 bytes).  See
 #: :func:`dse.cost.memory.optimizer_layout_bytes`.
-OPTIMIZER: tuple[str, ...] = ("adam_mixed", "adam_16bit", "adam_fp32_grads", "adam_remainders")
+OPTIMIZER: tuple[str, ...] = ("adam_mixed", "adam_16bit", "adam_fp32_grads", "adam_remainders", "adam_16bit_master")
 OPTIMIZER_MIXED = 0
 OPTIMIZER_16BIT = 1
 #: The dtype of LoRA adapters: the base model's 16 bits, or fp32 (HF PEFT 2023 creates ``lora_A`` / ``lora_B`` as

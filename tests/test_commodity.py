@@ -192,7 +192,9 @@ def test_optimizer_layouts_keep_the_bytes_per_parameter_their_sources_give(dp):
     """Issue 25: model states per parameter with bf16 weights, d data-parallel ranks sharding the optimizer
     (ZeRO 1).  Megatron-LM docs/source/api-guide/dist_optimizer.md: 'bf16 parameters, fp32 gradients' keep
     6 + 12/d bytes.  Apex DistributedFusedAdam with store_param_remainders: an int16 remainder instead of the fp32
-    master weight (10 bytes of state) beside the fp32 gradient buffer: 6 + 10/d.  ZeRO §3.1: 4 + 12/d."""
+    master weight (10 bytes of state) beside the fp32 gradient buffer: 6 + 10/d.  ZeRO §3.1: 4 + 12/d.  The same
+    Apex optimizer with bf16 state (``dtype`` bf16) and a stored bf16 weight copy, bf16 gradient buffer (NeMo 24.07's
+    SFT configuration with FP8 parameters): 4 + 6/d."""
     def states_per_param(optimizer: str | None) -> float:
         row = train(system="h100-sxm-80gb", tp=1, dp=dp, gpus=dp, global_batch=dp, zero=1,
                     **({"optimizer": optimizer} if optimizer else {}))
@@ -200,26 +202,33 @@ def test_optimizer_layouts_keep_the_bytes_per_parameter_their_sources_give(dp):
                      / row["params_total"])
     assert states_per_param("adam_fp32_grads") == pytest.approx(6.0 + 12.0 / dp, rel=2e-3)
     assert states_per_param("adam_remainders") == pytest.approx(6.0 + 10.0 / dp, rel=2e-3)
+    assert states_per_param("adam_16bit_master") == pytest.approx(4.0 + 6.0 / dp, rel=2e-3)
     assert states_per_param("adam_mixed") == pytest.approx(4.0 + 12.0 / dp, rel=2e-3)
     assert states_per_param(None) == states_per_param("adam_mixed")  # the default is today's layout
 
 
-def test_the_remainders_do_not_make_the_70b_sft_fit_without_data_parallelism():
-    """NeMo 24.07 SFT of Llama-2 70B on 16 GPUs (tp 4, pp 4, dp 1) ran Apex DistributedFusedAdam with
-    store_param_remainders (tests/cases/nemo_24.07_finetune_h100.csv).  With nothing to shard over (d = 1), the
-    2 bytes the remainders save on the master weight are what the fp32 gradient buffer adds: 16 bytes per
-    parameter either way, so the layout alone does not explain why the run fit (README, known limitations)."""
+def test_the_70b_sft_fits_with_the_optimizer_state_nemo_ran_and_not_with_16_bytes():
+    """NeMo 24.07 SFT of Llama-2 70B on 16 GPUs (tp 4, pp 4, dp 1; tests/cases/nemo_24.07_finetune_h100.csv) ran
+    NeMo-Framework-Launcher's SFT configuration: Apex DistributedFusedAdam with ``dtype`` and ``grad_sync_dtype``
+    bf16 and FP8 parameters (``adam_16bit_master``: 2 + 2 + 6 = 10 bytes per parameter).  With nothing to shard over
+    (d = 1) the 16-byte layouts do not fit: the remainders save on the master weight the 2 bytes Apex's fp32
+    gradient buffer adds (``adam_remainders``, 16 bytes, as ``adam_mixed``).  The run fit, as the 10-byte layout
+    says."""
     from pathlib import Path
 
     cases = pd.read_csv(Path(__file__).parent / "cases" / "nemo_24.07_finetune_h100.csv")
     row = cases[cases["case"] == "nemo-24.07-sft-llama2-70b-16g"].drop(columns=["case", "metric", "measured",
                                                                                 "source"])
-    remainders = evaluate(row).iloc[0]
+    assert (row["optimizer"] == "adam_16bit_master").all()
+    ran = evaluate(row).iloc[0]
+    remainders = evaluate(row.assign(optimizer="adam_remainders")).iloc[0]
     mixed = evaluate(row.assign(optimizer="adam_mixed")).iloc[0]
-    states = ("mem_grads_bytes", "mem_optimizer_bytes")
-    assert sum(remainders[k] for k in states) == pytest.approx(sum(mixed[k] for k in states), rel=1e-6)
-    assert remainders["mem_grads_bytes"] == pytest.approx(2.0 * mixed["mem_grads_bytes"], rel=1e-6)
-    assert not remainders["fits"]
+    states = ("mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes")
+    per_param = {name: sum(r[k] for k in states) / r["params_total"] * 16
+                 for name, r in (("ran", ran), ("remainders", remainders), ("mixed", mixed))}
+    assert per_param["remainders"] == pytest.approx(per_param["mixed"], rel=1e-6)
+    assert per_param["ran"] == pytest.approx(per_param["mixed"] * 10.0 / 16.0, rel=2e-3)
+    assert ran["fits"] and not remainders["fits"] and not mixed["fits"]
 
 
 def test_deepspeed_zero3_keeps_up_to_its_live_parameter_bound_gathered():

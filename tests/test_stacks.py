@@ -244,8 +244,10 @@ def test_held_out_nemo_finetuning_with_packed_sequences():
     """Issue 9 item 4, out of sample (NeMo 24.07 SFT / LoRA of Llama-2 on H100, SQuAD packed to 4096; not in the
     reference set, nothing fitted on it).  Without packing every row was too slow (-7 ... -27 %): the model ran
     causal attention over 4096 keys, while the packed run attends within ~240-token documents.  With
-    ``doc_len`` the error falls on every row that fits; the 70B SFT row (tp 4, pp 4, no data parallelism to
-    shard the optimizer) does not fit in the model's memory accounting and is left out of the MAPE."""
+    ``doc_len`` the error falls on every row.  Every row fits since the SFT rows state what NeMo-Framework-Launcher
+    24.07's SFT scripts ran (issue 25): Apex's optimizer with bf16 state (``adam_16bit_master``, 10 bytes per
+    parameter; the 70B run, tp 4 pp 4 with no data parallelism, did not fit at 16) and their interleaved pipelines
+    (13B vpp 10: -16 % -> -0.5 %).  Measured: 5.4 % MAPE over the six rows."""
     from pathlib import Path
 
     cases = pd.read_csv(Path(__file__).parent / "cases" / "nemo_24.07_finetune_h100.csv")
@@ -255,8 +257,8 @@ def test_held_out_nemo_finetuning_with_packed_sequences():
     err_packed = (packed["tokens_per_s_per_gpu"] / cases["measured"] - 1.0).abs()
     err_unpacked = (unpacked["tokens_per_s_per_gpu"] / cases["measured"] - 1.0).abs()
     fits = packed["fits"].to_numpy()
-    assert fits.sum() == 5
-    assert err_packed[fits].mean() < 0.10 < err_unpacked[fits].mean()
+    assert fits.all()
+    assert err_packed.mean() < 0.06 < 0.10 < err_unpacked.mean()
     # attention over documents: less attention time, the model FLOPs count what runs
     assert (packed["layer_attention_ms"] < unpacked["layer_attention_ms"]).all()
     assert (packed["model_tflops_per_gpu"] / packed["tokens_per_s_per_gpu"]

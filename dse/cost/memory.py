@@ -39,16 +39,17 @@ def gradient_bytes(params: Array, dp_shards: Array, zero: Array, per_param: Arra
 #: :func:`optimizer_layout_bytes`): mixed-precision Adam's fp32 master weight, momentum and variance (12, ZeRO
 #: §3.1); torch.optim.AdamW on a 16-bit model keeps momentum and variance in the parameters' dtype
 #: (``torch.zeros_like(p)``) and no master copy (4); Megatron-core's fp32 master weight, momentum and variance
-#: (12); Apex DistributedFusedAdam's int16 remainder of the fp32 master weight and fp32 momentum and variance (10).
-OPTIMIZER_STATE_BYTES = (OPTIMIZER_BYTES, 4.0, OPTIMIZER_BYTES, 10.0)
+#: (12); Apex DistributedFusedAdam's int16 remainder of the fp32 master weight and fp32 momentum and variance (10);
+#: the same optimizer with 16-bit state and a stored 16-bit copy of the weights (6).
+OPTIMIZER_STATE_BYTES = (OPTIMIZER_BYTES, 4.0, OPTIMIZER_BYTES, 10.0, 6.0)
 #: Bytes per parameter of the gradient buffer, by :data:`dse.codes.OPTIMIZER` code: 16-bit (ZeRO §3.1; torch
 #: AdamW on a 16-bit model), or fp32 main gradients (Megatron-core ``grad_reduce_in_fp32``; Apex
 #: DistributedFusedAdam's contiguous buffer in ``grad_sync_dtype``, which defaults to the fp32 state dtype).
-GRADIENT_BYTES_PER_PARAM = (GRAD_BYTES, GRAD_BYTES, 4.0, 4.0)
+GRADIENT_BYTES_PER_PARAM = (GRAD_BYTES, GRAD_BYTES, 4.0, 4.0, GRAD_BYTES)
 #: Temporaries of the step per updated parameter: none for a fused step; torch's foreach AdamW allocates
 #: ``exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)``, one 16-bit copy of every variance (2); the step's peak
 #: is then weights + gradients + states + this.
-OPTIMIZER_TEMP_BYTES = (0.0, 2.0, 0.0, 0.0)
+OPTIMIZER_TEMP_BYTES = (0.0, 2.0, 0.0, 0.0, 0.0)
 
 
 def optimizer_layout_bytes(optimizer: Array) -> tuple[Array, Array]:
@@ -65,6 +66,14 @@ def optimizer_layout_bytes(optimizer: Array) -> tuple[Array, Array]:
       ``grad_sync_dtype``, by default the fp32 state dtype.  NVIDIA/NeMo
       nemo/collections/nlp/models/language_modeling/megatron_base_model.py @579983fb sets
       ``store_param_remainders`` for a bf16 model with fp32 optimizer state: 6 + 10/d distributed)
+    * ``adam_16bit_master`` 2 + 2 + 6 = 10   (the same Apex optimizer with ``dtype`` bf16: bf16 ``exp_avg_shard`` and
+      ``exp_avg_sq_shard``, and a bf16 ``params_shard`` because megatron_base_model.py @579983fb sets
+      ``store_params`` when the model keeps FP8 parameters (``fp8_params``); the contiguous gradient buffer in
+      ``grad_sync_dtype`` bf16.  NeMo 24.07's SFT configuration, NVIDIA/NeMo-Framework-Launcher
+      launcher_scripts/conf/peft/llama/sft.yaml @24.07: ``optim: distributed_fused_adam, dtype: bf16,
+      grad_sync_dtype: bf16``, run with ``fp8_params=true`` by examples/peft/llama/h100/*.sh: 4 + 6/d distributed.
+      The FP8 parameters count as the 2 weight bytes: their data and the transpose Transformer Engine caches for the
+      backward GEMMs)
 
     The master-weight saving of the remainders (2 bytes) is what the fp32 gradient buffer costs (2 bytes) when
     nothing is sharded (d = 1); with d > 1 the states shrink and the gradient buffer does not."""
