@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dse import __version__
+from dse import __version__, codes
 from dse.cost.architecture import ARCHITECTURE_CATEGORIES, ARCHITECTURE_COLUMNS
 from dse.frame import CATEGORICAL, InputError, MissingColumn, read_yaml
 from dse.spec import SpecError
@@ -42,6 +42,7 @@ EXPLAIN_OPTIONS: dict[str, str] = {
     "tied_embeddings": "0|1",
     "finetune": "full|lora|qlora", "lora_rank": "int", "lora_targets": "all|attention|qv",
     "offload": "none|optimizer|all", "zero3_fetch": "prefetch|on_demand", "zero_with_pp": "refuse|gather_once",
+    "optimizer": "|".join(codes.OPTIMIZER) + " (train: what the optimizer keeps per parameter)",
     "cp_exchange": "ring|allgather", "moe_gemm": "per_expert|grouped",
     "ep_dispatch": "alltoall|deepep",
     "pipeline_split": "even|embedding_loss", "layers_first_stage": "int", "layers_last_stage": "int",

@@ -11,7 +11,9 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from dse import codes
 from dse.cost.inference import OPS, inference_ops
+from dse.cost.memory import optimizer_layout_bytes
 from dse.cost.training import LAYER_BREAKDOWN, MEMORY_BREAKDOWN, TIME_BREAKDOWN
 from dse.frame import evaluate_infer, evaluate_train, infer_inputs
 from dse.hardware import catalog as hwcat
@@ -158,6 +160,23 @@ def architecture_text(row: pd.Series, serving: bool = True) -> str:
     return " ".join(parts)
 
 
+def optimizer_text(row: pd.Series) -> str:
+    """The row's optimizer layout and what it keeps per trained parameter before sharding
+    (:func:`dse.cost.memory.optimizer_layout_bytes`), e.g. "optimizer adam_mixed: 2 + 2 + 12 bytes per parameter
+    (weights, gradients, states), states sharded over 8 data-parallel ranks (zero 1)"; empty when the row does not
+    name one."""
+    name = row.get("optimizer")
+    if not isinstance(name, str) or name not in codes.OPTIMIZER:
+        return ""
+    grads, states = optimizer_layout_bytes(np.array([float(codes.OPTIMIZER.index(name))]))
+    zero = int(row["zero"])
+    shards = int(row["dp"]) * int(row["cp"])
+    sharded = {0: "", 1: ", states", 2: ", gradients and states", 3: ", weights, gradients and states"}[min(zero, 3)]
+    where = f"{sharded} sharded over {shards} data-parallel ranks (zero {zero})" if zero and shards > 1 else ""
+    return (f"optimizer {name}: 2 + {float(grads[0]):g} + {float(states[0]):g} bytes per trained parameter "
+            f"(weights, gradients, states){where}")
+
+
 def format_explain(row: pd.Series) -> str:
     """Readable text for one evaluated configuration."""
     lines = []
@@ -210,6 +229,8 @@ def format_explain(row: pd.Series) -> str:
         lines.append(f"  {r['term']:<40s} {r['GB']:12.2f} GB {r['share_pct']:6.1f} %")
     lines.append(f"  {'total':<40s} {float(row['mem_total_bytes']) / 1e9:12.2f} GB  "
                  f"fits: {'yes' if bool(row['fits']) else 'NO'}")
+    if optimizer_text(row):
+        lines.append(f"  {optimizer_text(row)}")
     lines.append("")
     lines.append(f"Bottleneck: {bottleneck(row)}")
     if reason:

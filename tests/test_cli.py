@@ -458,6 +458,20 @@ def test_explain_text(capsys):
     assert "No answer" not in out
 
 
+def test_explain_names_the_optimizer_layout_and_its_bytes(capsys):
+    """The memory section says what the optimizer keeps per trained parameter (dse.cost.memory
+    optimizer_layout_bytes) and over how many ranks ZeRO shards it; a layout the model does not know exits 2 with
+    the allowed ones."""
+    code, out, _ = run(capsys, *EXPLAIN, "--optimizer", "adam_16bit_master", "--zero", "1")
+    assert code == 0
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("optimizer adam_16bit_master"))
+    assert "2 + 2 + 6 bytes per trained parameter" in line
+    dp = next(int(w.split("=")[1]) for w in out.split() if w.startswith("dp="))
+    assert (f"sharded over {dp} data-parallel ranks (zero 1)" in line) == (dp > 1)
+    code, _, err = run(capsys, *EXPLAIN, "--optimizer", "adam_17")
+    assert code == 2 and "adam_17" in err and "adam_16bit_master" in err
+
+
 def _explain_json(capsys, *argv: str) -> dict:
     code, out, err = run(capsys, *argv, "--json")
     assert code == 0, err
