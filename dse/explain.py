@@ -162,12 +162,14 @@ def architecture_text(row: pd.Series, serving: bool = True) -> str:
 
 def optimizer_text(row: pd.Series) -> str:
     """The row's optimizer layout and what it keeps per trained parameter before sharding
-    (:func:`dse.cost.memory.optimizer_layout_bytes`), e.g. "optimizer adam_mixed: 2 + 2 + 12 bytes per parameter
-    (weights, gradients, states), states sharded over 8 data-parallel ranks (zero 1)"; empty when the row does not
-    name one."""
+    (:func:`dse.cost.memory.optimizer_layout_bytes`), e.g. "optimizer adam_mixed: 2 + 2 + 12 bytes per trained
+    parameter (weights, gradients, states), states sharded over 8 data-parallel ranks (zero 1)"; only the name on
+    a LoRA / QLoRA row (the adapters' dtype scales the bytes); empty when the row does not name one."""
     name = row.get("optimizer")
     if not isinstance(name, str) or name not in codes.OPTIMIZER:
         return ""
+    if row.get("finetune", "full") != "full":  # adapters: their dtype scales the bytes (adapter_precision)
+        return f"optimizer {name}, on the adapters"
     grads, states = optimizer_layout_bytes(np.array([float(codes.OPTIMIZER.index(name))]))
     zero = int(row["zero"])
     shards = int(row["dp"]) * int(row["cp"])
