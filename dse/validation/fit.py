@@ -127,7 +127,8 @@ def log_error_objective(files: Sequence[str | Path], assumptions: Sequence[Assum
 #: :func:`engine_allreduce_constants` (H100 and H200 share NVLink 4 and pool into Hopper) and
 #: :func:`moe_grouped_gemm_fit`.
 KERNEL_TABLE_SYSTEMS: dict[str, str] = {"a100_sxm": "a100-sxm-80gb", "h100_sxm": "h100-sxm-80gb",
-                                            "h200_sxm": "h200-sxm-141gb", "b200_sxm": "b200", "l40s": "l40s"}
+                                            "h200_sxm": "h200-sxm-141gb", "b200_sxm": "b200", "l40s": "l40s",
+                                            "rtx_pro_6000_server": "rtx-pro-6000"}
 
 
 def engine_allreduce_fit(message_bytes: np.ndarray, ranks: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
