@@ -720,14 +720,7 @@ def test_host_time_per_request_adds_to_each_iteration_and_nothing_when_unset(mon
            "output_len": 128}
 
     def with_values(**values: str) -> pd.Series:
-        for k, v in values.items():
-            monkeypatch.setitem(stacks.PROFILE_OVERRIDES, ("tensorrt-llm-0.10.0", k), v)
-        stacks.serving_tables.cache_clear()
-        try:
-            return serve(**row)
-        finally:
-            monkeypatch.undo()
-            stacks.serving_tables.cache_clear()
+        return serve_with_profile(monkeypatch, row, **values)
 
     r = 5e-6 if key == "request_overhead_s" else float(stacks.profile("tensorrt-llm-0.10.0")[key])
     assert r > 0
@@ -755,11 +748,11 @@ def test_host_time_per_request_adds_to_each_iteration_and_nothing_when_unset(mon
 
 
 def serve_with_profile(monkeypatch, row: dict, **values: str) -> pd.Series:
-    """``serve(**row)`` with the tensorrt-llm-1.0 profile's settings ``values`` overridden for the call."""
+    """``serve(**row)`` with the settings ``values`` of the row's stack profile overridden for the call."""
     from dse import stacks
 
     for key, value in values.items():
-        monkeypatch.setitem(stacks.PROFILE_OVERRIDES, ("tensorrt-llm-1.0", key), value)
+        monkeypatch.setitem(stacks.PROFILE_OVERRIDES, (row["stack"], key), value)
     stacks.serving_tables.cache_clear()
     try:
         return serve(**row)
@@ -793,13 +786,8 @@ def test_overlapped_host_time_makes_the_iteration_the_longer_of_gpu_and_host(mon
     assert large["iteration_ms"] == pytest.approx(r_large * 1e3 * requests, rel=1e-6)
     assert large["iteration_tokens"] == pytest.approx(gpu["iteration_tokens"])
     # under a rate the fixed point is iterated: the requests finishing per iteration X meet X = λ·t(X)
-    monkeypatch.setitem(stacks.PROFILE_OVERRIDES, ("tensorrt-llm-1.0", "request_overhead_s"), repr(r_large))
-    stacks.serving_tables.cache_clear()
-    try:
-        rated = serve(**{**row, "request_rate": 0.5 * large["output_tokens_per_s"] / 128})
-    finally:
-        monkeypatch.undo()
-        stacks.serving_tables.cache_clear()
+    rated = serve_with_profile(monkeypatch, {**row, "request_rate": 0.5 * large["output_tokens_per_s"] / 128},
+                               request_overhead_s=repr(r_large))
     lam = 0.5 * large["output_tokens_per_s"] / 128
     x_iter = rated["iteration_tokens"] / (128 + 128 - 1)
     assert x_iter == pytest.approx(lam * rated["iteration_ms"] * 1e-3, rel=1e-3)
