@@ -180,10 +180,10 @@ def test_efficiencies_in_range():
             assert r[col] > 0, f"{gen}.{col} = {r[col]}"
         # element rates per SM and clock: an SM issues 4 warp instructions per clock (32 lanes each), so an
         # element that costs at least one lane-instruction cannot go faster than 128 per SM-clock; masked MHA
-        # is needed by every generation (decode_kv_reads = per_query_head), XQA only where it exists
+        # is needed by every generation (decode_kv_reads = per_query_head); XQA's fraction of HBM bandwidth
+        # (among the fractions above) only where the kernel exists
         assert hwcat.constant_upper_bound("mmha_elements_per_clk") == 128.0
         assert 0.0 < r["mmha_elements_per_clk"] <= 128.0, f"{gen}.mmha_elements_per_clk"
-        assert np.isnan(r["xqa_elements_per_clk"]) or 0.0 < r["xqa_elements_per_clk"] <= 128.0, gen
         # the 16-bit constants are needed by every generation
         for col in ("matmul_eff_fp16", "attention_eff", "memory_eff", "scaleup_ring_eff",
                     "scaleup_allreduce_eff", "scaleout_eff"):

@@ -117,8 +117,9 @@ def decode_attention_time(ctx: Array, x: dict[str, Array], kv_heads_gpu: Array, 
     mmha_rate = SMs·clock·(elements per SM-clock, fitted per generation; :mod:`dse.hardware.catalog`).  On
     Hopper that release's XQA kernel takes over for an FP8 KV cache at XQA_GROUP query heads per KV head and
     head_dim XQA_HEAD_DIM (its Hopper kernel reads only an E4M3 cache on SM 90: TensorRT-LLM
-    decoderXQAImplJIT/kernelUtils.cpp, supportConfigQGMMA); it works per KV head on the tensor cores:
-    2·ctx·d·kv_heads elements at xqa_rate (0 where the generation has no such kernel).
+    decoderXQAImplJIT/kernelUtils.cpp, supportConfigQGMMA); it works per KV head on the tensor cores, so it
+    is bound by how fast it streams the cache: 2·ctx·d·kv_heads one-byte elements at xqa_rate = HBM bandwidth
+    × ``xqa_memory_eff`` (0 where the generation has no such kernel).
 
     The model record (:mod:`dse.cost.architecture`) sets the rest: a windowed layer reads at most its window
     (:func:`~dse.cost.architecture.held_tokens`), heads of their own width d, and MLA decodes against its latent

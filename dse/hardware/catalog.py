@@ -71,13 +71,13 @@ EFFICIENCY_COLUMNS: tuple[str, ...] = (
     "layer_overhead_us",
     "layer_overhead_graphs_us",
     "mmha_elements_per_clk",
-    "xqa_elements_per_clk",
+    "xqa_memory_eff",
 )
-#: Dimensionless fractions among the efficiency constants (then latencies in microseconds, then the decode
-#: attention kernels' element rates per SM and clock).
-FRACTION_COLUMNS = EFFICIENCY_COLUMNS[:14]
+#: Dimensionless fractions among the efficiency constants (the others are latencies in microseconds and the
+#: masked-MHA decode kernel's element rate per SM and clock).
+FRACTION_COLUMNS = tuple(c for c in EFFICIENCY_COLUMNS if "eff" in c)
 #: Element rates of TensorRT-LLM's decode attention kernels per SM per clock (see :func:`achieved`).
-PER_CLOCK_COLUMNS = ("mmha_elements_per_clk", "xqa_elements_per_clk")
+PER_CLOCK_COLUMNS = ("mmha_elements_per_clk",)
 
 
 def constant_upper_bound(column: str) -> float:
@@ -198,11 +198,12 @@ def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     rate × NCCL efficiency (ring, and all-reduce which may use in-switch reduction); scale-out = NIC rate ×
     efficiency.  Missing peaks (no fp8 on Ampere, no NIC on a consumer card) become 0.
 
-    Decode attention kernels of TensorRT-LLM <= 0.10 (``decode_kv_reads = per_query_head``) are bound by
-    instruction issue, not by a FLOP peak: their rate in KV elements per second is the GPU's SM clocks per
-    second (SMs × clock = FP32 vector peak / (2 · FP32 lanes per SM)) times a per-clock element rate per
-    generation — masked MHA per query head (``mmha_rate``), the Hopper XQA kernel per KV head (``xqa_rate``;
-    0 where the generation has none).
+    Decode attention kernels of TensorRT-LLM <= 0.10 (``decode_kv_reads = per_query_head``): masked MHA per
+    query head on the CUDA cores is bound by instruction issue, not by a FLOP peak or by HBM: its rate in KV
+    elements per second (``mmha_rate``) is the GPU's SM clocks per second (SMs × clock = FP32 vector peak /
+    (2 · FP32 lanes per SM)) times a per-clock element rate per generation.  The Hopper XQA kernel, per KV head
+    on the tensor cores over an FP8 cache (one byte per element), streams the cache at its own fraction of
+    the HBM bandwidth (``xqa_rate`` = HBM bandwidth × ``xqa_memory_eff``; 0 where the generation has none).
     """
     z = lambda a: np.nan_to_num(np.asarray(a, dtype=np.float64), nan=0.0)  # noqa: E731
     return {
@@ -245,7 +246,7 @@ def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "host_bw": z(offload_link_rate(raw)),
         "tdp_w": z(raw["tdp_w"]),
         "mmha_rate": z(raw["sm_clocks"] * raw["mmha_elements_per_clk"]),
-        "xqa_rate": z(raw["sm_clocks"] * raw["xqa_elements_per_clk"]),
+        "xqa_rate": z(raw["hbm_bw"] * raw["xqa_memory_eff"]),
         "cpu_adam_rate": z(cpu_adam_rate(raw)),
         "host_mem_bytes": z(raw["host_mem_bytes"] / raw["node_gpus"]),
     }

@@ -52,7 +52,7 @@ INFERENCE_PARAMETERS: tuple[tuple[str, str], ...] = (
 SERVING_PARAMETERS: tuple[tuple[str, str], ...] = (
     ("ampere", "mmha_elements_per_clk"),
     ("hopper", "mmha_elements_per_clk"),
-    ("hopper", "xqa_elements_per_clk"),
+    ("hopper", "xqa_memory_eff"),
     ("stack:tensorrt-llm-0.10.0", "request_setup_s"),
 )
 STACK_PREFIX = "stack:"
