@@ -76,7 +76,7 @@ EFFICIENCY_COLUMNS: tuple[str, ...] = (
 #: Dimensionless fractions among the efficiency constants (the others are latencies in microseconds and the
 #: masked-MHA decode kernel's element rate per SM and clock).
 FRACTION_COLUMNS = tuple(c for c in EFFICIENCY_COLUMNS if "eff" in c)
-#: Element rates of TensorRT-LLM's decode attention kernels per SM per clock (see :func:`achieved`).
+#: Element rate of TensorRT-LLM's masked-MHA decode kernel per SM per clock (see :func:`achieved`).
 PER_CLOCK_COLUMNS = ("mmha_elements_per_clk",)
 
 
