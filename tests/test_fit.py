@@ -74,16 +74,6 @@ def test_moe_host_constant_is_the_fit_optimum():
     assert_case_fit_optimum(MOE_FILES, MOE_PARAMETERS)
 
 
-def test_ada_decode_rate_is_the_fit_optimum():
-    """Ada's masked-MHA element rate is the least-squares optimum on the L40S columns of TensorRT-LLM 0.10.0's
-    published perf overview kept in tests/cases (their sources in the file), and it sits below the Ampere and
-    Hopper rates fitted on shared/reference."""
-    from dse.validation.fit import ADA_SERVING_FILES, ADA_SERVING_PARAMETERS
-
-    (rate,) = assert_case_fit_optimum(ADA_SERVING_FILES, ADA_SERVING_PARAMETERS)
-    assert rate < min(shipped_value(g, "mmha_elements_per_clk") for g in ("ampere", "hopper"))
-
-
 def test_engine_allreduce_constants_are_the_kernel_fit():
     """infer_allreduce_eff and infer_allreduce_latency_us in efficiency.csv are the least-squares fit of
     t = α + S·2(n−1)/n / busbw to TensorRT-LLM's measured custom all-reduce kernels (tests/kernels/

@@ -20,14 +20,18 @@ import yaml
 
 from dse import __version__, codes
 from dse.cost.inference import infer_step
+from dse.cost.serving import serve_step
 from dse.cost.training import train_step
-from dse.frame import InputError, infer_inputs, read_yaml, train_inputs
+from dse.frame import InputError, infer_inputs, read_yaml, serve_inputs, train_inputs
 from dse.hardware import catalog as hwcat
 from dse.stacks import apply_stack
 from dse.validation.fit import nelder_mead
 from dse.validation.validate import METRICS, Assumption, apply_assumptions, read_cases, usable_rows
 
 Overrides = dict[tuple[str, str], float]
+#: Each task's decoder of case rows into kernel inputs, and its kernel (one code path with dse validate).
+TASK_INPUTS = {"train": train_inputs, "infer": infer_inputs, "serve": serve_inputs}
+TASK_STEPS = {"train": train_step, "infer": infer_step, "serve": serve_step}
 
 
 @dataclass
@@ -59,7 +63,7 @@ class CaseSet:
             frame, _ = apply_stack(frame)
             frame = frame.loc[usable_rows(frame)]
             frames.append((str(f), frame))
-            for task, inputs in (("train", train_inputs), ("infer", infer_inputs)):
+            for task, inputs in TASK_INPUTS.items():
                 part = frame.loc[frame["task"] == task]
                 if part.empty:
                     continue
@@ -73,7 +77,7 @@ class CaseSet:
         """(file, case id, metric) of every usable case, in the order of :meth:`log_errors`."""
         out: list[tuple[str, str, str]] = []
         for f, fr in self.frames:
-            for task in ("train", "infer"):
+            for task in TASK_INPUTS:
                 part = fr.loc[fr["task"] == task]
                 out.extend((f, str(c), str(m)) for c, m in zip(part["case"], part["metric"], strict=True))
         return out
@@ -84,7 +88,7 @@ class CaseSet:
         errs, groups = [], []
         for b in self.blocks:
             hw = hwcat.hardware_columns(b.systems, overrides)
-            out = infer_step(b.x, hw) if b.task == "infer" else train_step(b.x, hw)
+            out = TASK_STEPS[b.task](b.x, hw)
             pred = np.full(len(b.measured), np.nan)
             for c in set(b.columns):  # the handful of metrics, each gathered as one array
                 rows = b.columns == c
@@ -98,7 +102,8 @@ class CaseSet:
 
 def default_parameters(cases: CaseSet) -> list[tuple[str, str]]:
     """The constants the cases constrain: per GPU generation present, the GEMM efficiency at each precision
-    used and the memory efficiency (training), the serving GEMM efficiency and per-layer overhead (inference)."""
+    used and the memory efficiency (training), the serving GEMM efficiency and per-layer overhead (inference and
+    serving)."""
     sysf = hwcat.systems()
     params: dict[tuple[str, str], None] = {}
     for _, frame in cases.frames:

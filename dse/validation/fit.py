@@ -11,9 +11,10 @@ that a file with many rows does not drown a small one.  Minimised by Nelder–Me
 :func:`dse.hardware.catalog.constant_upper_bound`),
 separately for the training, the inference, the serving and the commodity-server constants (global module
 constants of the host, eager-kernel, DeepSpeed-fetch and bitsandbytes terms, fitted on the Zhang et al. 2023 file).
-Two groups fit on published runs this repository keeps in ``tests/cases`` (no shared file constrains them): the
-Megatron-core MoE host time and Ada's masked-MHA decode rate (``python -m dse.validation.fit tests/cases/*.csv``).
-A test re-runs each fit and checks the shipped constants match it.
+One group fits on published runs this repository keeps in ``tests/cases`` (no shared file constrains it): the
+Megatron-core MoE host time (``python -m dse.validation.fit tests/cases/*.csv``); the efficiency constants fitted
+on such runs come from ``dse calibrate --params`` instead.  A test re-runs each fit and checks the shipped
+constants match it.
 """
 
 from __future__ import annotations
@@ -79,19 +80,14 @@ GRAPHS_PARAMETERS: tuple[tuple[str, str], ...] = (("hopper", "layer_overhead_gra
 #: The host time per local expert of Megatron-core's MoE layers, fitted on the Megatron-Bridge MoE runs this
 #: repository keeps (tests/cases, with their sources): no shared file trains a mixture-of-experts model.
 MOE_PARAMETERS: tuple[tuple[str, str], ...] = (("global", "MOE_HOST_S_PER_LOCAL_EXPERT"),)
-#: Ada's masked-MHA element rate, fitted on the L40S columns of TensorRT-LLM 0.10.0's published perf overview that
-#: this repository keeps (tests/cases, with their sources): no shared file serves on an Ada GPU.  The same file's
-#: H200 rows do not depend on it, so fitting on the whole file fits it on the L40S rows alone.
-ADA_SERVING_PARAMETERS: tuple[tuple[str, str], ...] = (("ada", "mmha_elements_per_clk"),)
 FITTED_PARAMETERS = (TRAINING_PARAMETERS + INFERENCE_PARAMETERS + SERVING_PARAMETERS + COMMODITY_PARAMETERS
-                     + GRAPHS_PARAMETERS + MOE_PARAMETERS + ADA_SERVING_PARAMETERS)
+                     + GRAPHS_PARAMETERS + MOE_PARAMETERS)
 TRAINING_FILES = ("megatron_narayanan2021_table1.csv", "megatron_korthikanti2022_table4.csv", "nemo_h100_24.07.csv")
 COMMODITY_FILES = ("zhang2023_train_bs1_lora7b.csv",)
 GRAPHS_FILES = ("nim_1.8.0_concurrency_h100.csv",)
 INFERENCE_FILES = ("llama2_inference_a100.csv", "trtllm_0.9.0_a100_h100.csv")
 SERVING_FILES = ("trtllm_0.10.0_serve_a100_h100.csv",)
 MOE_FILES = ("megatron_bridge_moe_train.csv",)
-ADA_SERVING_FILES = ("trtllm_0.10.0_serve_h200_l40s.csv",)
 
 
 def default_assumptions_path() -> Path:
@@ -300,8 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     assumptions = load_assumptions(args.assume)
     for names, params in ((TRAINING_FILES, TRAINING_PARAMETERS), (INFERENCE_FILES, INFERENCE_PARAMETERS),
                           (SERVING_FILES, SERVING_PARAMETERS), (COMMODITY_FILES, COMMODITY_PARAMETERS),
-                          (GRAPHS_FILES, GRAPHS_PARAMETERS), (MOE_FILES, MOE_PARAMETERS),
-                          (ADA_SERVING_FILES, ADA_SERVING_PARAMETERS)):
+                          (GRAPHS_FILES, GRAPHS_PARAMETERS), (MOE_FILES, MOE_PARAMETERS)):
         files = [f for f in args.files if Path(f).name in names]
         if not files:
             continue
