@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dse.cost import constants as K
 from dse.hardware.catalog import constant_upper_bound
 from dse.validation.validate import Assumption, load_assumptions, validate_file
 
@@ -171,8 +172,8 @@ def engine_allreduce_constants(table: pd.DataFrame) -> dict[str, tuple[float, fl
 #: v1.0 Table 1); and the tensor-core peak each kernel's math runs at (W4A16 dequantizes into 16-bit math, W4A8 runs
 #: MXFP8).
 MOE_TABLE_WEIGHT_BYTES: dict[str, float] = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0 + 4.0 / 128**2,
-                                            "nvfp4": 0.5 + 1.0 / 16.0, "w4a16_mxfp4": 0.5 + 1.0 / 32.0,
-                                            "w4a8_mxfp4_mxfp8": 0.5 + 1.0 / 32.0}
+                                            "nvfp4": 0.5 + 1.0 / 16.0, "w4a16_mxfp4": K.MXFP4_BYTES_PER_WEIGHT,
+                                            "w4a8_mxfp4_mxfp8": K.MXFP4_BYTES_PER_WEIGHT}
 MOE_TABLE_PEAK: dict[str, str] = {"bfloat16": "tensor_fp16_tflops", "w4a16_mxfp4": "tensor_fp16_tflops",
                                   "fp8": "tensor_fp8_tflops", "fp8_block": "tensor_fp8_tflops",
                                   "w4a8_mxfp4_mxfp8": "tensor_fp8_tflops", "nvfp4": "tensor_fp4_tflops"}
@@ -185,6 +186,7 @@ def moe_grouped_gemm_fit(points: pd.DataFrame) -> tuple[float, float, float, flo
     over ep GPUs, F = 2·3·h·f·T·k/ep (gate, up and down) and W_visited = E/ep·(1 − (1 − k/E)^T)·3·h·f bytes of the
     experts the tokens visit (:func:`dse.cost.inference.experts_visited`); peaks and HBM from the catalog system the
     table ran on (:data:`KERNEL_TABLE_SYSTEMS`)."""
+    from dse.cost.inference import experts_visited
     from dse.hardware.catalog import systems
 
     (gpu,) = points["gpu"].unique()
@@ -196,7 +198,7 @@ def moe_grouped_gemm_fit(points: pd.DataFrame) -> tuple[float, float, float, flo
     e, k, ep = (points[c].to_numpy(dtype=np.float64) for c in ("experts", "top_k", "ep"))
     latency = points["latency_us"].to_numpy(dtype=np.float64) * 1e-6
     flops = t * k / ep * 6.0 * h * f
-    weights = e / ep * (1.0 - (1.0 - k / e) ** t) * 3.0 * h * f * MOE_TABLE_WEIGHT_BYTES[str(dtype)]
+    weights = experts_visited(e, k, t) / ep * 3.0 * h * f * MOE_TABLE_WEIGHT_BYTES[str(dtype)]
     a = np.stack([np.ones_like(t), weights / hbm, flops / peak], 1)
     (fixed, inv_s, inv_g), *_ = np.linalg.lstsq(a / latency[:, None], np.ones_like(latency), rcond=None)
     error = float(np.mean(np.abs(a @ np.array([fixed, inv_s, inv_g]) / latency - 1.0)))
