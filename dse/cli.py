@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import heapq
 import json
 import math
 import os
@@ -284,38 +283,44 @@ WORST_CASES = 25
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from dse.validation.fit import default_assumptions_path
-    from dse.validation.validate import file_mape, load_assumptions, summarize, validate_file
+    from dse.validation.validate import (
+        case_results,
+        file_mape_table,
+        load_assumptions,
+        summarize_table,
+        validate_table,
+    )
 
     assumptions = []
     if not args.no_assume:
         for path in args.assume or [str(default_assumptions_path())]:
             assumptions.extend(load_assumptions(path))
-    results = []
-    for path in _distinct_files(args.files, "validate"):
-        results.extend(validate_file(path, assumptions, _calibration(args)))
-    summary = summarize(results)
-    per_file = file_mape(results)
+    tables = [validate_table(path, assumptions, _calibration(args)) for path in _distinct_files(args.files, "validate")]
+    table = pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0]
+    summary = summarize_table(table)
+    per_file = file_mape_table(table)
     over = [f for f, m in per_file.items() if args.max_mape is not None and m is not None and m > args.max_mape]
     if args.json:
-        print(json.dumps({"cases": [r.as_dict() for r in results], "summary": summary}, indent=2))
+        print(json.dumps({"cases": [r.as_dict() for r in case_results(table)], "summary": summary}, indent=2))
     else:
-        shown = results
-        if len(results) > CASE_LINES:  # a large file: the worst cases, not a million lines
-            shown = heapq.nlargest(WORST_CASES, (r for r in results if r.error_pct is not None),
-                                   key=lambda r: abs(r.error_pct or 0.0))
-            print(f"{len(results):,} cases: the {len(shown)} largest errors below (every case: --json)")
-        width = max((len(r.case) for r in shown), default=4)
+        shown = table
+        if len(table) > CASE_LINES:  # a large file: the worst cases, not a million lines
+            err = table["error_pct"].abs().where(table["skipped"].isna()).fillna(-1.0).to_numpy()
+            worst = np.argsort(-err, kind="stable")[:WORST_CASES]
+            shown = table.iloc[worst[err[worst] >= 0]]
+            print(f"{len(table):,} cases: the {len(shown)} largest errors below (every case: --json)")
+        width = max((len(c) for c in shown["case"]), default=4)
         print(f"{'case':<{width}s}  {'metric':<28s} {'measured':>12s} {'predicted':>12s} {'error':>8s}")
-        for r in shown:
+        for r in case_results(shown):
             if r.skipped is not None:
                 print(f"{r.case:<{width}s}  {r.metric:<28s} {r.measured:12.4g} {'':>12s} {'':>8s}  skipped: "
                       f"{r.skipped}")
             else:
                 print(f"{r.case:<{width}s}  {r.metric:<28s} {r.measured:12.4g} {r.predicted:12.4g} "
                       f"{r.error_pct:+7.2f}%")
-        for note in dict.fromkeys(r.stack_note for r in results if r.stack_note):
+        for note in table["stack_note"].dropna().unique():
             print(f"note: {note}")
-        n_assumed = sum(len(r.assumed) for r in results)
+        n_assumed = int(sum(map(len, table["assumed"].to_numpy())))
         if n_assumed:
             print(f"\n{n_assumed} empty cells filled from documented assumptions "
                   f"({', '.join(args.assume or [str(default_assumptions_path())])}); --json lists them per case")

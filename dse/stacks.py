@@ -25,7 +25,7 @@ engine's defaults.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
 from io import StringIO
@@ -283,10 +283,11 @@ def profile(stack: str) -> dict[str, str]:
 
 
 def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAIN_KNOBS, record: bool = True
-                ) -> tuple[pd.DataFrame, list[dict[str, object]]]:
+                ) -> tuple[pd.DataFrame, Sequence[dict[str, object]] | np.ndarray]:
     """Fill the empty knob cells of rows that name a stack from its profile (stated cells win).
 
-    Returns the filled frame and, per row, the values filled (for ``dse validate --json``).  The work is one
+    Returns the filled frame and, per row, the values filled (for ``dse validate --json``; a list or an object
+    array of dicts shared between rows).  The work is one
     masked assignment per (stack, knob) present, not one step per row."""
     empty: dict[str, object] = {}  # shared by every row nothing was filled in (never mutated)
     filled: list[dict[str, object]] = [empty] * len(frame)
@@ -367,7 +368,9 @@ def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAI
                                    else codes.PIPELINE_SPLIT[split_code] if prof[knob] == "when_uneven"
                                    else prof[knob].split("/")[zero] if "/" in prof[knob] else prof[knob])
                             for knob, bit in bit_of.items() if mask >> bit & 1})
-        filled = [records[g] if records[g] else empty for g in group]
+        distinct = np.empty(len(records), dtype=object)
+        distinct[:] = [r if r else empty for r in records]  # one per distinct combination, not per row
+        return frame, distinct[group]
     return frame, filled
 
 

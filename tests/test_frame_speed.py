@@ -147,3 +147,48 @@ def test_benchmark_modules_live_together_apart_from_the_model_code():
         imported = {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
         imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
         assert not {m for m in imported if m == "dse.bench" or m.startswith("dse.bench.")}, path
+
+
+def test_validate_table_is_validate_file_as_columns():
+    """dse validate's columnar results (one row per case, no Python step per case) are the per-case results of
+    validate_file, and its per-file summary is summarize's, on a shared file with assumptions and a stack."""
+    from dse.validation.fit import default_assumptions_path
+    from dse.validation.validate import (
+        case_results,
+        file_mape,
+        file_mape_table,
+        load_assumptions,
+        summarize,
+        summarize_table,
+        validate_file,
+        validate_table,
+    )
+
+    assumptions = load_assumptions(default_assumptions_path())
+    for name in ("megatron_narayanan2021_table1.csv", "zhang2023_train_bs1_lora7b.csv"):
+        path = REF.parent / name
+        table = validate_table(path, assumptions)
+        results = validate_file(path, assumptions)
+        assert case_results(table) == results
+        columnar, per_case = summarize_table(table), summarize(results)
+        assert [{**s, "mape_pct": None} for s in columnar] == [{**s, "mape_pct": None} for s in per_case]
+        assert [s["mape_pct"] for s in columnar] == pytest.approx([s["mape_pct"] for s in per_case], rel=1e-12)
+        assert file_mape_table(table) == pytest.approx(file_mape(results))
+        assert any(r.assumed for r in results) or any(r.from_stack for r in results)
+
+
+@pytest.mark.parametrize("pattern", ["narayanan2021-t1-*", "*-bs1-*", "zhang2023-t?-*", "a[bc]*", "a[!bc]*",
+                                     "a[]]b", "a[!]]b", "[^a]*", "a[b-", "*.*", "a\\b*", "[z-a]x", "", "**"])
+def test_assumption_globs_match_as_fnmatch_does(pattern):
+    """The assumptions' case globs are matched by Arrow in one pass over the case ids (an RE2 translation); the
+    rows are those fnmatch.fnmatchcase selects, sets and odd brackets included."""
+    import fnmatch
+
+    import pyarrow as pa
+
+    from dse.validation.validate import glob_rows
+
+    names = ["narayanan2021-t1-gpt-1.7b", "zhang2023-t3-llama2-7b-a800-z2-bs1", "ab", "ad", "a]b", "a!b", "^x",
+             "ax", "a[b-", "a.b", "a\\bc", "ax", "x", "", "a[b", "zx", "[x"]
+    want = [fnmatch.fnmatchcase(n, pattern) for n in names]
+    assert glob_rows(pa.array(names, type=pa.string()), pattern).tolist() == want

@@ -86,11 +86,14 @@ def test_case_file_section_matches_the_reader():
 
 
 def test_python_example_runs_in_a_fresh_clone(monkeypatch):
-    """The README's Python example reads files of this repository only."""
-    block = re.search(r"## Python API\n+```python\n(.*?)```", README, re.S).group(1)
-    assert "shared/" not in block
+    """The README's Python examples (dse.evaluate, validate_table) read files of this repository only."""
+    section = _section("## Python API", "## Inputs, defaults and optional knobs")
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
-    exec(compile(block, "README.md", "exec"), {})
+    for block in blocks:
+        assert "shared/" not in block
+        exec(compile(block, "README.md", "exec"), {})
 
 
 def test_stack_profile_table_matches_the_profiles():

@@ -638,8 +638,9 @@ def table_bench(rows: int = 200_000, typed: bool = False, repeats: int = 3, dist
 
 
 def validate_bench(rows: int = 1_000_000) -> dict[str, float]:
-    """dse validate (:func:`dse.validation.validate.validate_file`) of a case file of ``rows`` cases, timed in a
-    fresh process so that its peak RSS is validate's, not this benchmark's (which built the file)."""
+    """What ``dse validate`` does with a case file of ``rows`` cases (:func:`dse.validation.validate.validate_table`
+    with the shipped assumptions, then :func:`~dse.validation.validate.summarize_table`), timed in a fresh process
+    so that its peak RSS is validate's, not this benchmark's (which built the file)."""
     import subprocess
     import tempfile
 
@@ -652,8 +653,10 @@ def validate_bench(rows: int = 1_000_000) -> dict[str, float]:
         path = Path(tmp) / "cases.csv"
         big.to_csv(path, index=False)
         del big
-        code = ("import sys, time, resource; from dse.validation.validate import validate_file; "
-                "t0 = time.perf_counter(); validate_file(sys.argv[1]); "
+        code = ("import sys, time, resource; from dse.validation.fit import default_assumptions_path; "
+                "from dse.validation.validate import load_assumptions, summarize_table, validate_table; "
+                "a = load_assumptions(default_assumptions_path()); "
+                "t0 = time.perf_counter(); summarize_table(validate_table(sys.argv[1], a)); "
                 "print(time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
         out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
     seconds, rss = (float(v) for v in out.stdout.split())

@@ -25,16 +25,13 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
+import pandas as pd
 
 from dse.cost import constants as K
 from dse.hardware.catalog import constant_upper_bound
-from dse.validation.validate import Assumption, load_assumptions, validate_file
-
-if TYPE_CHECKING:
-    import pandas as pd
+from dse.validation.validate import Assumption, load_assumptions, validate_table
 
 #: The constants fitted on shared/reference, per generation: only those the reference cases constrain,
 #: in three independent groups (no training case depends on an inference or serving constant, and so on).
@@ -113,11 +110,10 @@ def log_error_objective(files: Sequence[str | Path], assumptions: Sequence[Assum
         try:
             total = 0.0
             for f in files:
-                groups: dict[str, list[float]] = {}
-                for r in validate_file(f, assumptions, overrides):
-                    if r.predicted is not None:
-                        groups.setdefault(r.metric, []).append(float(np.log(r.predicted / r.measured)))
-                total += sum(float(np.mean(np.square(e))) for e in groups.values())
+                table = validate_table(f, assumptions, overrides)
+                table = table[table["skipped"].isna()]
+                square = np.square(np.log(table["predicted"].to_numpy() / table["measured"].to_numpy()))
+                total += float(pd.Series(square).groupby(table["metric"].to_numpy(), sort=False).mean().sum())
         finally:
             _set_globals(saved)
             _set_stack_values({})

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from dse.cells import to_float
 from dse.cost.architecture import ARCHITECTURE_COLUMNS
 from dse.cost.inference import INFER_INPUTS
 from dse.cost.serving import SERVE_INPUTS
@@ -90,10 +94,20 @@ def usable_rows(frame: pd.DataFrame) -> np.ndarray:
     """Rows of a checked case frame the model compares: its task is modelled, the metric belongs to the task,
     and it is not mixture-of-experts inference (see :func:`validate_file` for why)."""
     task = frame["task"].to_numpy(dtype=object)
-    metric_ok = np.array([t in METRIC_TASKS[m] for t, m in zip(task, frame["metric"], strict=True)], dtype=bool)
+    metric_ok = metric_belongs(frame["metric"].to_numpy(dtype=object), task)
     experts = pd.to_numeric(frame["experts"], errors="coerce").fillna(1.0).to_numpy()
     stack_ok = frame[SKIP_REASON].isna().to_numpy() if SKIP_REASON in frame else True
     return metric_ok & np.isin(task, MODELLED_TASKS) & ~((task == "infer") & (experts > 1)) & stack_ok
+
+
+def metric_belongs(metric: np.ndarray, task: np.ndarray) -> np.ndarray:
+    """Per row: the metric is one the model gives and it belongs to the row's task (:data:`METRIC_TASKS`), decided
+    once per distinct (metric, task) pair (object arrays of names in, booleans out)."""
+    m_codes, metrics = pd.factorize(metric)  # a file names a few metrics and tasks
+    t_codes, tasks = pd.factorize(task)
+    ok = np.array([[METRICS.get(m) is not None and t in METRIC_TASKS.get(m, ()) for t in tasks] for m in metrics],
+                  dtype=bool).reshape(len(metrics), len(tasks))
+    return ok[m_codes, t_codes]
 
 
 @dataclass
@@ -163,6 +177,46 @@ def _blank(v: object) -> bool:
     return v is None or (isinstance(v, float) and np.isnan(v)) or (isinstance(v, str) and not v.strip())
 
 
+def glob_regex(pattern: str) -> str:
+    """A shell glob (:mod:`fnmatch`: ``*``, ``?``, ``[seq]``, ``[!seq]``; case-sensitive, the whole name) as an
+    anchored regular expression that RE2 accepts, so that Arrow matches a column in one pass (``fnmatch.translate``
+    writes atomic groups for a glob with two ``*``, which RE2 refuses)."""
+    out, i, n = [], 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        i += 1
+        if c == "*":
+            out.append(".*")
+        elif c == "?":
+            out.append(".")
+        elif c == "[":
+            j = i + (i < n and pattern[i] == "!")
+            j += j < n and pattern[j] == "]"  # a ']' first in the set is a member
+            while j < n and pattern[j] != "]":
+                j += 1
+            if j >= n:  # no closing bracket: a literal '[', as fnmatch reads it
+                out.append(re.escape(c))
+                continue
+            body = pattern[i:j].replace("\\", "\\\\")
+            i = j + 1
+            negated, body = body.startswith("!"), body[1:] if body.startswith("!") else body
+            out.append(("[^" if negated else "[") + ("\\" if body.startswith("^") else "") + body + "]")
+        else:
+            out.append(re.escape(c))
+    return "(?s)^" + "".join(out) + "$"
+
+
+def glob_rows(names: pa.Array, pattern: str) -> np.ndarray:
+    """Which ``names`` match the glob ``pattern`` (:func:`fnmatch.fnmatchcase`): one Arrow pass with
+    :func:`glob_regex`; a set RE2 refuses (a reversed range such as ``[z-a]``, which fnmatch reads as empty) falls
+    back to fnmatch per name."""
+    try:
+        return np.asarray(pc.match_substring_regex(names, glob_regex(pattern)).to_numpy(zero_copy_only=False),
+                          dtype=bool)
+    except pa.ArrowInvalid:
+        return np.array([fnmatch.fnmatchcase(s, pattern) for s in names.to_pylist()], dtype=bool)
+
+
 def apply_assumptions(frame: pd.DataFrame, assumptions: Sequence[Assumption]) -> tuple[pd.DataFrame, list[dict]]:
     """Fill empty cells from matching assumptions (later rules override earlier ones; stated cells win).
 
@@ -172,12 +226,10 @@ def apply_assumptions(frame: pd.DataFrame, assumptions: Sequence[Assumption]) ->
     applied: list[dict] = [empty] * len(frame)
     if not assumptions:
         return frame, applied
-    # Python's regular expressions: fnmatch.translate writes atomic groups "(?>...)" for a glob with two "*",
-    # which pyarrow's RE2 (a pyarrow-backed string column) refuses
-    cases = frame["case"].astype(str).astype(object)
+    cases = pa.array(frame["case"].astype(str).to_numpy(dtype=object), type=pa.string())
     wanted: dict[str, np.ndarray] = {}  # column -> per-row value to fill (None: nothing), later rules win
     for rule in assumptions:
-        rows = cases.str.fullmatch(fnmatch.translate(rule.cases)).to_numpy(dtype=bool)
+        rows = glob_rows(cases, rule.cases)
         if not rows.any():
             continue
         for col, value in rule.values.items():
@@ -278,7 +330,7 @@ def read_cases(path: str | Path) -> pd.DataFrame:
         pos = int(np.flatnonzero(bad)[0])
         raise InputError(f"{where(pos, 'metric')}: value {frame['metric'].iloc[pos]!r} is not allowed; allowed: "
                          f"{', '.join(METRICS)}")
-    measured = pd.to_numeric(frame["measured"], errors="coerce")
+    measured = pd.Series(to_float(frame["measured"], blank_series(frame["measured"])), index=frame.index)
     bad = ~((measured > 0) & np.isfinite(measured)).to_numpy()
     if bad.any():
         pos = int(np.flatnonzero(bad)[0])
@@ -335,9 +387,33 @@ def _resolve_stacks(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+#: The columns of :func:`validate_table`, the fields of :class:`CaseResult` in order.
+RESULT_COLUMNS = ("case", "file", "metric", "measured", "predicted", "error_pct", "skipped", "assumed", "stack",
+                  "from_stack", "stack_note")
+
+
 def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
                   overrides: dict[tuple[str, str], float] | None = None) -> list[CaseResult]:
-    """Predict every case of one file; returns one result per case (skipped ones say why)."""
+    """Predict every case of one file; returns one result per case (skipped ones say why).  One object per case:
+    for a few thousand cases; :func:`validate_table` gives the same results as columns, for any number."""
+    return case_results(validate_table(path, assumptions, overrides))
+
+
+def case_results(table: pd.DataFrame) -> list[CaseResult]:
+    """The rows of a :func:`validate_table` as :class:`CaseResult` objects (None where a value is missing)."""
+    cols = [table[c].to_numpy(dtype=object) for c in RESULT_COLUMNS]
+    skipped = table["skipped"].notna().to_numpy()
+    cols[4][skipped] = None  # no prediction and no error where the case is skipped
+    cols[5][skipped] = None
+    return [CaseResult(*row) for row in zip(*(c.tolist() for c in cols), strict=True)]
+
+
+def validate_table(path: str | Path, assumptions: Sequence[Assumption] = (),
+                   overrides: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
+    """Predict every case of one file: one row per case with the columns :data:`RESULT_COLUMNS` (the fields of
+    :class:`CaseResult`).  ``predicted`` and ``error_pct`` are NaN where ``skipped`` says why the case has no
+    prediction; ``assumed`` and ``from_stack`` hold the values filled per case (dicts shared between rows).
+    Every step is a column operation: no Python step per case."""
     path = Path(path)
     frame = read_cases(path)
     frame, applied = apply_assumptions(frame, assumptions)
@@ -370,7 +446,7 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
             value[rows] = predicted[out_col].to_numpy(dtype=np.float64)[rows]
     reason = (predicted["infeasible_reason"].astype(str).to_numpy(dtype=object) if "infeasible_reason" in predicted
               else np.full(len(frame), "", dtype=object))
-    experts = (pd.to_numeric(frame["experts"], errors="coerce").fillna(1.0).to_numpy() if "experts" in frame
+    experts = (np.nan_to_num(to_float(frame["experts"], blank_series(frame["experts"])), nan=1.0) if "experts" in frame
                else np.ones(len(frame)))
     n = len(frame)
     if "stack" in frame:
@@ -380,14 +456,9 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
         stacks = np.full(n, None, dtype=object)
     cases = frame["case"].astype(str).to_numpy(dtype=object)
     name = path.name
-    # why a case is skipped, decided per column (first rule that applies wins), then one object per case
+    # why a case is skipped, decided per column (first rule that applies wins)
     skipped = np.full(n, None, dtype=object)
-    belongs = np.zeros(n, dtype=bool)
-    for metric_name, out_col in METRICS.items():
-        rows = metric == metric_name
-        if out_col is not None and rows.any():
-            belongs |= rows & np.isin(task, METRIC_TASKS[metric_name])
-    rows = ~belongs
+    rows = ~metric_belongs(metric, task)
     skipped[rows] = _messages(lambda m, t: f"metric {m!r} does not belong to task {t!r}", metric[rows], task[rows])
     open_rows = skipped == None  # noqa: E711 - elementwise on an object array
     if SKIP_REASON in frame:
@@ -408,15 +479,6 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
     answered = open_rows & np.isfinite(value)
     predicted_value = np.where(answered, value, np.nan)
     error = (predicted_value / measured - 1.0) * 100.0
-    pred_list = [v if ok else None for v, ok in zip(predicted_value.tolist(), answered.tolist(), strict=True)]
-    err_list = [v if ok else None for v, ok in zip(error.tolist(), answered.tolist(), strict=True)]
-    shared: dict[int, dict[str, object]] = {}  # rows share their stack records: convert each record once
-    plain = []
-    for record in from_stack:
-        key = id(record)
-        if key not in shared:
-            shared[key] = {k: _plain(v) for k, v in record.items()}
-        plain.append(shared[key])
     notes = np.full(n, None, dtype=object)
     if STACK_GIVEN in frame:
         given = frame[STACK_GIVEN].to_numpy(dtype=object)
@@ -429,10 +491,28 @@ def validate_file(path: str | Path, assumptions: Sequence[Assumption] = (),
                                "documented release", given[has], stacks[has])
         notes[wrong] = _messages(lambda g, w: f"stack {g!r} is {w}: predicted with the defaults", given[wrong],
                                  other[wrong])
-    results = [CaseResult(c, name, m, meas, p, e, sk, a, st, fs, nt) for c, m, meas, p, e, sk, a, st, fs, nt in zip(
-        cases.tolist(), metric.tolist(), measured.tolist(), pred_list, err_list, skipped.tolist(), applied,
-        stacks.tolist(), plain, notes.tolist(), strict=True)]
-    return results
+    assumed = np.empty(n, dtype=object)
+    assumed[:] = applied
+    text = {"case": cases, "file": np.full(n, name, dtype=object), "metric": metric, "skipped": skipped,
+            "assumed": assumed, "stack": stacks, "from_stack": _plain_records(from_stack), "stack_note": notes}
+    # object columns, so that None stays None (pandas would infer its str dtype and turn None into NaN)
+    columns = {k: pd.Series(v, dtype=object, copy=False) for k, v in text.items()}
+    columns.update(measured=pd.Series(measured), predicted=pd.Series(predicted_value), error_pct=pd.Series(error))
+    return pd.DataFrame({c: columns[c] for c in RESULT_COLUMNS})
+
+
+def _plain_records(records: Sequence[dict[str, object]] | np.ndarray) -> np.ndarray:
+    """The stack records of :func:`dse.stacks.apply_stack` (one per row, shared between the rows of one stack and
+    task) with their values made plain (:func:`_plain`), each distinct record converted once."""
+    out = np.empty(len(records), dtype=object)
+    if not len(records):
+        return out
+    ids = np.fromiter(map(id, records), dtype=np.int64, count=len(records))
+    distinct, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    plain = np.empty(len(distinct), dtype=object)
+    plain[:] = [{k: _plain(v) for k, v in records[int(i)].items()} for i in first]
+    out[:] = plain[inverse.reshape(-1)]
+    return out
 
 
 def _messages(fmt: Callable[..., str], *columns: np.ndarray) -> np.ndarray:
@@ -450,6 +530,28 @@ def _messages(fmt: Callable[..., str], *columns: np.ndarray) -> np.ndarray:
 def _rows(frame: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
     """The rows of ``mask`` (the frame itself, not a copy, when that is every row)."""
     return frame if mask.all() else frame.loc[mask]
+
+
+def summarize_table(table: pd.DataFrame) -> list[dict[str, object]]:
+    """MAPE per (file, metric) of a :func:`validate_table` (or several concatenated), in order of first
+    appearance: n, mape_pct, max_abs_error_pct, skipped (the same as :func:`summarize` of its results)."""
+    err = table["error_pct"].abs().where(table["skipped"].isna())
+    groups = pd.DataFrame({"file": table["file"].to_numpy(), "metric": table["metric"].to_numpy(),
+                           "err": err.to_numpy(dtype=np.float64), "skipped": table["skipped"].notna().to_numpy()})
+    stats = groups.groupby(["file", "metric"], sort=False).agg(
+        n=("err", "count"), mape_pct=("err", "mean"), max_abs_error_pct=("err", "max"), skipped=("skipped", "sum"))
+    keys = stats.index.to_list()  # one entry per (file, metric) group, not per case
+    return [{"file": f, "metric": m, "n": int(n), "mape_pct": float(mape) if n else None,
+             "max_abs_error_pct": float(mx) if n else None, "skipped": int(sk)}
+            for (f, m), n, mape, mx, sk in zip(keys, stats["n"], stats["mape_pct"], stats["max_abs_error_pct"],
+                                                stats["skipped"], strict=True)]
+
+
+def file_mape_table(table: pd.DataFrame) -> dict[str, float | None]:
+    """MAPE per file over all its compared cases of a :func:`validate_table` (the same as :func:`file_mape`)."""
+    err = table["error_pct"].abs().where(table["skipped"].isna())
+    means = err.groupby(table["file"].to_numpy(), sort=False).mean()
+    return {str(f): (None if pd.isna(m) else float(m)) for f, m in means.items()}
 
 
 def summarize(results: Sequence[CaseResult]) -> list[dict[str, object]]:
