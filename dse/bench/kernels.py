@@ -260,8 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"dse validate of {res['rows']:,} cases: {res['seconds']:.2f} s = {res['rows_per_s']:,.0f} cases/s; "
           f"peak RSS {res['peak_rss_bytes'] / 2**20:,.0f} MiB")
     records.append(record(
-        "table_validate", f"`dse validate` of a {res['rows']:,}-case file (Narayanan cases resampled, unique ids; "
-        f"{len(cores) or os.cpu_count()} cores)",
+        "table_validate", f"`dse validate` of a {res['rows']:,}-case file (Narayanan cases resampled, unique ids, the "
+        f"shipped assumptions applied; {len(cores) or os.cpu_count()} cores)",
         f"{sci(res['rows_per_s'])} cases/s ({res['seconds']:.1f} s), peak RSS {mib(res['peak_rss_bytes'])}"))
     if not args.no_record:
         save_records(records)
