@@ -248,3 +248,39 @@ def test_deepspeed_zero3_keeps_up_to_its_live_parameter_bound_gathered():
     layer = 4 * h * h + 3 * h * f
     diff = out["mem_buffers_bytes"].iloc[0] - out["mem_buffers_bytes"].iloc[1]
     assert diff == pytest.approx(2.0 * (1e9 - 2 * layer), rel=1e-3)
+
+
+def test_eager_llama_layer_keeps_what_autograd_saves():
+    """The bytes one eager HF Llama-2 7B layer keeps for its backward (b = 1, s = 350, h = 4096, f = 11008,
+    32 heads), counted by hand from the modules and PyTorch's saving rule (an operand of a product is kept only
+    when the other operand needs a gradient):
+    full training, per token: two RMSNorms × (fp32 copy 4 + normalised bf16 2 + linear input 2) · h = 16h; QKᵀ keeps
+    q and k (2h + 2h), PV keeps v (2h), o_proj its input (2h): 8h; SwiGLU: SiLU input, SiLU output, up, down_proj
+    input: 8f.  350 · (24 · 4096 + 8 · 11008) = 65,228,800 bytes.  Scores: fp32 softmax output and bf16
+    probabilities, 6 · 32 · 350² = 23,520,000.
+    LoRA (frozen weights): the norms keep only the fp32 copy (4h each), no linear input is kept (o_proj's, down_proj's,
+    the norms' outputs), SwiGLU keeps 6f: 350 · (8 · 4096 + 6 · 4096 + 6 · 11008) = 43,187,200 bytes; scores the same.
+    Megatron's fused layer (Korthikanti Table 2) keeps 18h + 6f per token and 5 bytes per score."""
+    from dse.cost.eager import eager_activation_terms
+
+    args = dict(tokens=350.0, micro_batch=1.0, seq_len=350.0, heads=32.0, hidden=4096.0, q_width=4096.0,
+                kv_width=4096.0, o_width=4096.0, ffn_hidden=11008.0, swiglu=1.0, tp=1.0, standard_attention=1.0)
+    kept, scores = eager_activation_terms(**args, frozen=0.0)
+    assert (kept, scores) == (65_228_800.0, 23_520_000.0)
+    kept, scores = eager_activation_terms(**args, frozen=1.0)
+    assert (kept, scores) == (43_187_200.0, 23_520_000.0)
+    assert eager_activation_terms(**{**args, "standard_attention": 0.0}, frozen=0.0)[1] == 0.0  # FlashAttention 2
+
+
+def test_eager_activations_raise_the_step_peak_only_where_activations_set_it():
+    """Issue 21: with the eager layer's saved tensors, the 7B ZeRO-3 offload run (its peak is the forward/backward,
+    activations held) keeps more than Megatron's count, by the difference of the two counts over its 32 layers;
+    op-level selective checkpointing (torchtitan) recomputes the element-wise ops and keeps Megatron's count."""
+    base = {"system": "rtx4090", "zero": 3, "offload": "all", "stack": "deepspeed-2023"}
+    eager_row = train(**base)
+    fused_row = train(**base, kernels="fused")
+    extra = 32 * 350 * ((24 * 4096 + 8 * 11008) - (18 * 4096 + 6 * 11008)) + 32 * 32 * 350 ** 2 * (6 - 5)
+    assert eager_row["mem_activations_bytes"] - fused_row["mem_activations_bytes"] == pytest.approx(extra, rel=1e-3)
+    op = {"system": "h100-sxm-80gb", "stack": "torchtitan-2024.12", "recompute": "op", "zero": 3}
+    assert train(**op)["mem_activations_bytes"] == pytest.approx(train(**op, kernels="fused")["mem_activations_bytes"],
+                                                                rel=1e-6)

@@ -50,6 +50,7 @@ from dse.cost.eager import (
     PEFT_ADAPTER_BYTES,
     adapted_modules,
     adapted_outputs,
+    eager_activation_terms,
     eager_bmm_time,
     eager_elementwise_bytes,
     eager_kernels,
@@ -762,6 +763,12 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     # ---- memory of the first and the last pipeline stage; the larger one is reported --------------------
     kept, scores, _ = layer_activation_terms(T, b, s, h, a, kvw, ffn_tok, mlp, 1.0, t, sp, standard, ob,
                                              q_width=rec["q_width"], o_width=rec["o_width"], latent=rec["attn_rep"])
+    if any_eager:  # HF's eager modules save more than the fused ones (dse.cost.eager.eager_activation_terms)
+        kept_e, scores_e = eager_activation_terms(T, b, s, a, h, rec["q_width"], kvw, rec["o_width"], ffn_tok,
+                                                  swiglu, t, standard, peft)
+        # not under op-level checkpointing, which recomputes the element-wise ops (their copies are not kept)
+        hf = eager * (1.0 - op_sac)
+        kept, scores = pick(hf, kept_e, kept), pick(hf, scores_e, scores)
     # op-level selective checkpointing keeps its memory as selective's (ASSUMPTION: the matmul and attention
     # outputs it saves are most of `kept`; the element-wise tensors it drops are not subtracted)
     sel_mem = selective + op_sac
