@@ -260,16 +260,21 @@ def test_eager_llama_layer_keeps_what_autograd_saves():
     probabilities, 6 · 32 · 350² = 23,520,000.
     LoRA (frozen weights): the norms keep only the fp32 copy (4h each), no linear input is kept (o_proj's, down_proj's,
     the norms' outputs), SwiGLU keeps 6f: 350 · (8 · 4096 + 6 · 4096 + 6 · 11008) = 43,187,200 bytes; scores the same.
+    QLoRA: bitsandbytes' MatMul4Bit keeps its input, so the norms' outputs, o_proj's and down_proj's come back:
+    350 · ((4 + 2) · 2 · 4096 + 8 · 4096 + 8 · 11008).
     Megatron's fused layer (Korthikanti Table 2) keeps 18h + 6f per token and 5 bytes per score."""
     from dse.cost.eager import eager_activation_terms
 
     args = dict(tokens=350.0, micro_batch=1.0, seq_len=350.0, heads=32.0, hidden=4096.0, q_width=4096.0,
                 kv_width=4096.0, o_width=4096.0, ffn_hidden=11008.0, swiglu=1.0, tp=1.0, standard_attention=1.0)
-    kept, scores = eager_activation_terms(**args, frozen=0.0)
+    kept, scores = eager_activation_terms(**args, frozen=0.0, quantized=0.0)
     assert (kept, scores) == (65_228_800.0, 23_520_000.0)
-    kept, scores = eager_activation_terms(**args, frozen=1.0)
+    kept, scores = eager_activation_terms(**args, frozen=1.0, quantized=0.0)
     assert (kept, scores) == (43_187_200.0, 23_520_000.0)
-    assert eager_activation_terms(**{**args, "standard_attention": 0.0}, frozen=0.0)[1] == 0.0  # FlashAttention 2
+    kept, _ = eager_activation_terms(**args, frozen=1.0, quantized=1.0)
+    assert kept == 350 * (12 * 4096 + 8 * 4096 + 8 * 11008)  # QLoRA: bitsandbytes keeps the 4-bit linears' inputs
+    flash = eager_activation_terms(**{**args, "standard_attention": 0.0}, frozen=0.0, quantized=0.0)
+    assert flash[1] == 0.0  # FlashAttention 2 keeps no score
 
 
 def test_eager_activations_raise_the_step_peak_only_where_activations_set_it():

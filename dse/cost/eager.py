@@ -105,28 +105,33 @@ def adapted_outputs(lora_targets: Array, hidden: Array, kv_width: Array, ffn: Ar
 
 
 
+
 def eager_activation_terms(tokens: Array, micro_batch: Array, seq_len: Array, heads: Array, hidden: Array,
                            q_width: Array, kv_width: Array, o_width: Array, ffn_hidden: Array, swiglu: Array,
-                           tp: Array, standard_attention: Array, frozen: Array) -> tuple[Array, Array]:
+                           tp: Array, standard_attention: Array, frozen: Array, quantized: Array
+                           ) -> tuple[Array, Array]:
     """(kept, scores) bytes one eager HF Llama layer saves for its backward, per micro-batch and GPU: what autograd
     keeps of the modules' operations (transformers modeling_llama.py v4.31-4.38, bf16).  PyTorch saves an operand
     of a product only when the other operand needs a gradient (the generated ``MulBackward0`` / ``MmBackward0``:
     ``if (grad_fn->should_compute_output(i)) ... = SavedVariable(...)``), so frozen weights (``frozen``: LoRA,
     QLoRA) keep their linears' inputs and the norms' normalised values out, and RoPE's products with cos and sin
-    keep nothing of q and k:
+    keep nothing of q and k.  bitsandbytes' 4-bit linears (``quantized``: QLoRA) keep their input whenever it
+    needs a gradient (``MatMul4Bit.forward``: ``if any(ctx.needs_input_grad[:2]): ctx.tensors = (A, B)``,
+    bitsandbytes autograd/_functions.py, 0.41):
 
     * RMSNorm (twice): ``to(float32)`` feeds ``pow`` and ``x * rsqrt``, which keep the fp32 copy (4 bytes); with
-      a trained weight, ``weight *`` keeps the bf16 normalised value (2) and the linears after it their input (2);
+      a trained weight, ``weight *`` keeps the bf16 normalised value (2); the linears after it their input (2);
     * attention: QKᵀ keeps the rotated q and k (2 + 2), PV keeps v (2) and the bf16 probabilities, the fp32
       softmax its fp32 output: 6 bytes per score (b·a·s², unfused only; FlashAttention 2 keeps q, k, v and its
       output, the o_proj input below);
-    * o_proj its input (2, trained weight); the SwiGLU MLP: SiLU its input (2), the product SiLU's output and up
-      (2 + 2), down_proj the product (2, trained weight); GELU: its input (2) and fc2's (2, trained).
+    * o_proj its input (2); the SwiGLU MLP: SiLU its input (2), the product SiLU's output and up (2 + 2),
+      down_proj the product (2); GELU: its input (2) and fc2's (2).
     No dropout (Llama's attention and residual dropouts are absent).  Megatron's fused layer (Korthikanti 2022
     Table 2, :func:`dse.cost.memory.layer_activation_terms`) keeps 2 + 2 per norm and 5 bytes per score."""
     trained = 1.0 - frozen
-    ffn = (2.0 + 4.0 * swiglu + 2.0 * trained) * ffn_hidden
-    kept = tokens * (2.0 * (4.0 + 4.0 * trained) * hidden
-                     + (2.0 * q_width + 4.0 * kv_width + 2.0 * trained * o_width + ffn) / tp)
+    inputs = trained + frozen * quantized  # linears that keep their input
+    ffn = (2.0 + 4.0 * swiglu + 2.0 * inputs) * ffn_hidden
+    kept = tokens * (2.0 * (4.0 + 2.0 * trained + 2.0 * inputs) * hidden
+                     + (2.0 * q_width + 4.0 * kv_width + 2.0 * inputs * o_width + ffn) / tp)
     scores = standard_attention * (6.0 * micro_batch * heads / tp * seq_len * seq_len)
     return kept, scores

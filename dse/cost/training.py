@@ -765,7 +765,7 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
                                              q_width=rec["q_width"], o_width=rec["o_width"], latent=rec["attn_rep"])
     if any_eager:  # HF's eager modules save more than the fused ones (dse.cost.eager.eager_activation_terms)
         kept_e, scores_e = eager_activation_terms(T, b, s, a, h, rec["q_width"], kvw, rec["o_width"], ffn_tok,
-                                                  swiglu, t, standard, peft)
+                                                  swiglu, t, standard, peft, qlora)
         # not under op-level checkpointing, which recomputes the element-wise ops (their copies are not kept)
         hf = eager * (1.0 - op_sac)
         kept, scores = pick(hf, kept_e, kept), pick(hf, scores_e, scores)
