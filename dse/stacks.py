@@ -287,8 +287,8 @@ def apply_stack(frame: pd.DataFrame, knobs: Mapping[str, tuple[str, ...]] = TRAI
     """Fill the empty knob cells of rows that name a stack from its profile (stated cells win).
 
     Returns the filled frame and, per row, the values filled (for ``dse validate --json``; a list or an object
-    array of dicts shared between rows).  The work is one
-    masked assignment per (stack, knob) present, not one step per row."""
+    array of dicts shared between rows).  The work is one masked assignment per (stack, knob) present, not one
+    step per row."""
     empty: dict[str, object] = {}  # shared by every row nothing was filled in (never mutated)
     filled: list[dict[str, object]] = [empty] * len(frame)
     if "stack" not in frame.columns or not len(frame):

@@ -104,8 +104,6 @@ def adapted_outputs(lora_targets: Array, hidden: Array, kv_width: Array, ffn: Ar
         hidden + kv_width)
 
 
-
-
 def eager_activation_terms(tokens: Array, micro_batch: Array, seq_len: Array, heads: Array, hidden: Array,
                            q_width: Array, kv_width: Array, o_width: Array, ffn_hidden: Array, swiglu: Array,
                            tp: Array, standard_attention: Array, frozen: Array, quantized: Array

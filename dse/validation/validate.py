@@ -95,9 +95,16 @@ def usable_rows(frame: pd.DataFrame) -> np.ndarray:
     and it is not mixture-of-experts inference (see :func:`validate_file` for why)."""
     task = frame["task"].to_numpy(dtype=object)
     metric_ok = metric_belongs(frame["metric"].to_numpy(dtype=object), task)
-    experts = pd.to_numeric(frame["experts"], errors="coerce").fillna(1.0).to_numpy()
+    experts = experts_column(frame)
     stack_ok = frame[SKIP_REASON].isna().to_numpy() if SKIP_REASON in frame else True
     return metric_ok & np.isin(task, MODELLED_TASKS) & ~((task == "infer") & (experts > 1)) & stack_ok
+
+
+def experts_column(frame: pd.DataFrame) -> np.ndarray:
+    """The ``experts`` cells as numbers, 1 (a dense model) where empty or absent."""
+    if "experts" not in frame:
+        return np.ones(len(frame))
+    return np.nan_to_num(to_float(frame["experts"], blank_series(frame["experts"])), nan=1.0)
 
 
 def metric_belongs(metric: np.ndarray, task: np.ndarray) -> np.ndarray:
@@ -446,8 +453,7 @@ def validate_table(path: str | Path, assumptions: Sequence[Assumption] = (),
             value[rows] = predicted[out_col].to_numpy(dtype=np.float64)[rows]
     reason = (predicted["infeasible_reason"].astype(str).to_numpy(dtype=object) if "infeasible_reason" in predicted
               else np.full(len(frame), "", dtype=object))
-    experts = (np.nan_to_num(to_float(frame["experts"], blank_series(frame["experts"])), nan=1.0) if "experts" in frame
-               else np.ones(len(frame)))
+    experts = experts_column(frame)
     n = len(frame)
     if "stack" in frame:
         stack_names_ = _lower_names(frame["stack"], blank_series(frame["stack"]), "")
@@ -554,28 +560,19 @@ def file_mape_table(table: pd.DataFrame) -> dict[str, float | None]:
     return {str(f): (None if pd.isna(m) else float(m)) for f, m in means.items()}
 
 
+def _results_table(results: Sequence[CaseResult]) -> pd.DataFrame:
+    """The columns :func:`summarize_table` reads, from per-case results (None error: skipped or no value)."""
+    error = [np.nan if r.error_pct is None else r.error_pct for r in results]
+    return pd.DataFrame({"file": [r.file for r in results], "metric": [r.metric for r in results],
+                         "error_pct": np.asarray(error, dtype=np.float64),
+                         "skipped": pd.Series([r.skipped for r in results], dtype=object)})
+
+
 def summarize(results: Sequence[CaseResult]) -> list[dict[str, object]]:
-    """MAPE per (file, metric): n, mape_pct, max_abs_error_pct, skipped."""
-    rows: dict[tuple[str, str], list[CaseResult]] = {}
-    for r in results:
-        rows.setdefault((r.file, r.metric), []).append(r)
-    out = []
-    for (file, metric), group in rows.items():
-        errs = np.array([abs(r.error_pct) for r in group if r.error_pct is not None], dtype=np.float64)
-        out.append({
-            "file": file, "metric": metric, "n": int(errs.size),
-            "mape_pct": float(errs.mean()) if errs.size else None,
-            "max_abs_error_pct": float(errs.max()) if errs.size else None,
-            "skipped": sum(1 for r in group if r.skipped is not None),
-        })
-    return out
+    """MAPE per (file, metric) of per-case results: :func:`summarize_table` of them."""
+    return summarize_table(_results_table(results))
 
 
 def file_mape(results: Sequence[CaseResult]) -> dict[str, float | None]:
-    """MAPE per file over all its compared cases."""
-    files: dict[str, list[float]] = {}
-    for r in results:
-        files.setdefault(r.file, [])
-        if r.error_pct is not None:
-            files[r.file].append(abs(r.error_pct))
-    return {f: (float(np.mean(v)) if v else None) for f, v in files.items()}
+    """MAPE per file over all its compared cases of per-case results: :func:`file_mape_table` of them."""
+    return file_mape_table(_results_table(results))
