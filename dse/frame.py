@@ -26,7 +26,7 @@ from dse.cost.architecture import (
     ARCHITECTURE_MIN,
     architecture_errors,
 )
-from dse.cost.inference import INFER_METRICS, infer_step
+from dse.cost.inference import INFER_METRICS, decode_hbm_bound, infer_step
 from dse.cost.select import INT_DOMAIN_MAX
 from dse.cost.training import TRAIN_METRICS, train_step
 from dse.defaults import (  # noqa: F401 (re-export)
@@ -521,6 +521,14 @@ def evaluate_infer(frame: pd.DataFrame, source: str = "<frame>",
     if with_inputs:
         out = _inputs_beside(out, x, sys_codes, hw, INFERENCE_VOCABULARIES, integers=True, only=with_inputs)
     return out
+
+
+def evaluate_decode_bound(frame: pd.DataFrame, task: str, source: str = "<frame>",
+                          overrides: dict[tuple[str, str], float] | None = None) -> np.ndarray:
+    """The HBM bound on output tokens per second per GPU (:func:`dse.cost.inference.decode_hbm_bound`) of every
+    row of ``frame``, all rows of one ``task`` (infer or serve), in row order."""
+    x, sys_codes = (serve_inputs if task == "serve" else infer_inputs)(frame, source)
+    return np.asarray(decode_hbm_bound(x, hwcat.hardware_columns(sys_codes, overrides)), dtype=np.float64)
 
 
 #: Categorical inputs of the inference-side models, decoded back to names beside their outputs.

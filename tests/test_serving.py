@@ -93,13 +93,16 @@ def test_explain_serve_prints_limit_latencies_and_breakdown(capsys):
 
 
 def test_trtllm_0_10_serve_file(ref):
-    """The shared in-flight batching measurements: every row is predicted (MoE included), MAPE within the
-    issue's target of 15 %.  Measured with the shipped constants: 13.9 % (18.1 % before the decode kernels of
-    that release were modelled as issue-bound; see the README for the rows the model does not explain)."""
+    """The shared in-flight batching measurements: every row is predicted (MoE included) but the one above the
+    HBM bound of its configuration (GPT-J 6B FP8 128/2048, 4.3x), MAPE within the issue's target of 15 %.
+    Measured with the shipped constants: 9.50 % (10.13 % with that row scored; 18.1 % before the decode kernels
+    of that release were modelled as issue-bound; see the README for the rows the model does not explain)."""
     results = validate_file(ref / "trtllm_0.10.0_serve_a100_h100.csv")
     (summary,) = summarize(results)
     print(f"\nserve MAPE {summary['mape_pct']:.2f} % over {summary['n']} rows")
-    assert summary["skipped"] == 0 and summary["n"] == 123
+    assert summary["skipped"] == 1 and summary["n"] == 122
+    (skipped,) = [r for r in results if r.skipped is not None]
+    assert "gptj-6b-tp1pp1-in128-out2048-fp8" in skipped.case and "HBM bound" in skipped.skipped
     assert summary["mape_pct"] <= 15.0
 
 
@@ -357,8 +360,9 @@ def test_hopper_xqa_only_for_the_shape_and_cache_it_ships():
 
 def test_one_issue_rate_per_sm_clock_fits_ampere_and_hopper():
     """The masked-MHA rate is fitted per generation, Ampere on the A100 rows and Hopper on the H100 rows,
-    independently; they agree within 12 % (13.41 and 12.24 elements per SM-clock with the time per admitted
-    request; 13.67 and 12.24 with the time per running request instead; 13.47 and 12.24 before the
+    independently; they agree within 13 % (13.39 and 11.89 elements per SM-clock once the GPT-J FP8 128/2048 row,
+    above its HBM bound, left the fit; 13.41 and 12.24 with it, with the time per admitted request; 13.67 and
+    12.24 with the time per running request instead; 13.47 and 12.24 before the
     engines' all-reduce kernels were measured, 12.86 and 12.24 before the batch manager's host time per request was
     modelled, 11.05 and 11.42 before the KV reservation to completion), which is close to what an instruction-issue
     bound predicts: both SMs issue 4 warp instructions per clock.  The H200 (held out) serves the issue-bound rows
@@ -367,7 +371,7 @@ def test_one_issue_rate_per_sm_clock_fits_ampere_and_hopper():
 
     eff = hwcat.efficiency()
     a, h = float(eff.loc["ampere", "mmha_elements_per_clk"]), float(eff.loc["hopper", "mmha_elements_per_clk"])
-    assert abs(a / h - 1.0) <= 0.12
+    assert abs(a / h - 1.0) <= 0.13
     t_h100, _, _ = _decode_attention("h100-sxm-80gb", "llama3-8b", "fp8", reads=1)
     t_h200, _, _ = _decode_attention("h200-sxm-141gb", "llama3-8b", "fp8", reads=1)
     assert t_h200 == pytest.approx(t_h100)
@@ -935,3 +939,45 @@ def test_an_engine_that_sizes_windowed_layers_as_full_attention_holds_as_many_re
     fixed = {**row, "batch": 256, "max_num_tokens": 2048}
     older = serve(**{**fixed, "stack": "tensorrt-llm-1.0"})
     assert serve(**fixed)["iteration_ms"] == pytest.approx(older["iteration_ms"], rel=1e-6)
+
+
+# ---- measurements above the HBM bound of their configuration (dse validate) ----
+
+def test_decode_hbm_bound_is_the_kv_read_at_peak_bandwidth():
+    """decode_hbm_bound = hbm_bw / (KV bytes one GPU reads per output token of its replica): every decode token
+    reads its request's K and V in every layer at the mean context input_len + output_len/2.  GPT-J 6B (28
+    layers, 16 heads of 128, MHA) with an FP8 cache at 128/2048 reads 28 x 2 x 4096 x 1 byte per context token
+    over 1 152 tokens; Llama-2 70B (80 layers, 8 KV heads of 128) at tp 4, pp 2 and a 16-bit cache holds 2 KV
+    heads and 40 layers per GPU, and each of the 8 GPUs reads its share for every token of the replica."""
+    from dse.frame import evaluate_decode_bound
+    from dse.hardware import catalog as hwcat
+
+    rows = pd.DataFrame([{"model": "gptj-6b", "system": "h100-sxm-80gb", "tp": 1, "input_len": 128,
+                          "output_len": 2048, "precision": "fp8"},
+                         {"model": "llama2-70b", "system": "h100-sxm-80gb", "tp": 4, "pp": 2, "input_len": 1000,
+                          "output_len": 1000, "precision": "fp16"}])
+    bound = evaluate_decode_bound(rows, "serve")
+    bw = float(hwcat.hardware_columns(hwcat.system_codes(np.array(["h100-sxm-80gb"])))["hbm_bw"][0])
+    assert bound[0] == pytest.approx(bw / (28 * 2 * 4096 * 1 * (128 + 1024)), rel=1e-9)
+    assert bound[1] == pytest.approx(bw / (40 * 2 * 2 * 128 * 2 * (1000 + 500) * 8), rel=1e-9)
+    # a step verifying n speculated tokens reads the cache once for at most n + 1 of them
+    spec = evaluate_decode_bound(rows.assign(model="deepseek-v3", tp=8, pp=1, spec_tokens=2, mtp=1), "serve")
+    plain = evaluate_decode_bound(rows.assign(model="deepseek-v3", tp=8, pp=1), "serve")
+    assert spec == pytest.approx(3.0 * plain, rel=1e-9)
+
+
+def test_validate_reports_a_throughput_above_the_hbm_bound_as_skipped(tmp_path):
+    """A measured throughput above decode_hbm_bound cannot come from the configuration its row states (the
+    TensorRT-LLM 0.10.0 perf overview's GPT-J 6B FP8 128/2048 row: 54 940 tokens/s on one H100, 4.3x the bound,
+    7.5x what TensorRT-LLM 0.9.0 published for the same engine): dse validate reports it skipped, with the
+    bound, and scores the rest."""
+    from tests.conftest import VENDORED
+
+    shared = pd.read_csv(VENDORED / "trtllm_0.10.0_serve_a100_h100.csv", dtype=str, keep_default_na=False)
+    row = shared[shared["case"] == "trtllm-0.10.0-serve-h100-gptj-6b-tp1pp1-in128-out2048-fp8"]
+    rows = pd.concat([row.assign(case="above", measured="54939.5"), row.assign(case="below", measured="7000")])
+    path = tmp_path / "cases.csv"
+    rows.to_csv(path, index=False)
+    above, below = validate_file(path)
+    assert above.error_pct is None and "4.3x the HBM bound" in above.skipped
+    assert below.skipped is None and below.error_pct is not None

@@ -172,6 +172,28 @@ def infer_step(inputs: Mapping[str, object], hw: Mapping[str, object],
     return result
 
 
+def decode_hbm_bound(inputs: Mapping[str, object], hw: Mapping[str, object]) -> Array:
+    """Output tokens per second per GPU that no engine can exceed on the stated configuration: the HBM bound
+    of reading the KV cache (float64).
+
+    Each decode step of a request reads, in every layer, the K and V its context holds
+    (:func:`dse.cost.architecture.held_tokens`: windows and MLA's latent included), so one GPU of a tp × pp
+    replica reads B = (layers/pp) · cached values per token and layer · KV bytes · held_tokens(c̄) per output
+    token of the replica, at the mean decode context c̄ = input_len + output_len/2.  A step that verifies
+    n speculated tokens (``spec_tokens``) reads it once for at most n + 1 tokens.  At the GPU's peak HBM
+    bandwidth (no efficiency):  tokens/s per GPU ≤ hbm_bw · (n + 1) / (B · tp · pp).  Weight reads, prefill,
+    scheduling and every other term only lower the true figure, so a measurement above this bound did not run
+    the configuration its row states (:func:`dse.validation.validate.validate_table` reports it so)."""
+    x = {k: np.asarray(model_input(inputs, k), dtype=np.float64) for k in INFER_INPUTS}
+    spec = np.nan_to_num(np.asarray(inputs["spec_tokens"], dtype=np.float64)) if "spec_tokens" in inputs else 0.0
+    rec = layer_record(x)
+    kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
+    ctx = x["input_len"] + 0.5 * x["output_len"]
+    per_token = stage_layers(x["layers"], x["pp"]) * cached_values(x, rec) * kv_b * held_tokens(ctx, rec)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(hw["hbm_bw"], dtype=np.float64) * (1.0 + spec) / (per_token * x["tp"] * x["pp"])
+
+
 def _rates(x: dict[str, Array]) -> tuple[Array, Array, Array, Array]:
     """(peak, GEMM rate, activation bytes, weight bytes) at the inference precision (serving-engine GEMM
     efficiency ``infer_matmul_eff_*``)."""

@@ -32,6 +32,7 @@ from dse.frame import (
     _lower_names,
     check_configuration_cells,
     distinct_apply,
+    evaluate_decode_bound,
     evaluate_infer,
     evaluate_serve,
     evaluate_train,
@@ -483,6 +484,13 @@ def validate_table(path: str | Path, assumptions: Sequence[Assumption] = (),
     rows = open_rows & ~np.isfinite(value)
     skipped[rows] = _messages(lambda r: f"model gives no value: {r}", reason[rows])
     answered = open_rows & np.isfinite(value)
+    over, bound = _above_hbm_bound(frame, path, overrides, answered, task, metric, measured, value)
+    skipped[over] = _messages(lambda m, b: f"measured {m:.4g} is {m / b:.1f}x the HBM bound of the stated "
+                              f"configuration ({b:.4g} output tokens/s per GPU: the KV cache each decode token "
+                              "reads at the mean context, at the GPU's peak bandwidth; "
+                              "dse.cost.inference.decode_hbm_bound), so the run did not have the configuration "
+                              "the row states", measured[over], bound[over])
+    answered &= ~over
     predicted_value = np.where(answered, value, np.nan)
     error = (predicted_value / measured - 1.0) * 100.0
     notes = np.full(n, None, dtype=object)
@@ -505,6 +513,28 @@ def validate_table(path: str | Path, assumptions: Sequence[Assumption] = (),
     columns = {k: pd.Series(v, dtype=object, copy=False) for k, v in text.items()}
     columns.update(measured=pd.Series(measured), predicted=pd.Series(predicted_value), error_pct=pd.Series(error))
     return pd.DataFrame({c: columns[c] for c in RESULT_COLUMNS})
+
+
+#: Throughput metrics checked against the HBM bound of their configuration.
+BOUNDED_METRICS = ("output_tokens_per_s_per_gpu", "decode_tokens_per_s_per_gpu")
+
+
+def _above_hbm_bound(frame: pd.DataFrame, path: Path, overrides: dict[tuple[str, str], float] | None,
+                     answered: np.ndarray, task: np.ndarray, metric: np.ndarray, measured: np.ndarray,
+                     predicted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows whose measured throughput exceeds :func:`dse.cost.inference.decode_hbm_bound`, the bound per row).
+
+    Only rows measured above their prediction can be above the bound (the model's decode reads the same KV
+    cache at the HBM bandwidth times an efficiency of at most 1), so only those are evaluated (distinct rows
+    once, like the predictions)."""
+    bound = np.full(len(frame), np.inf)
+    for name in ("infer", "serve"):
+        rows = answered & (task == name) & np.isin(metric, BOUNDED_METRICS) & (measured > predicted)
+        if rows.any():
+            got = distinct_apply(_rows(frame, rows), lambda f, t=name: pd.DataFrame(
+                {"bound": evaluate_decode_bound(f, t, str(path), overrides)}, index=f.index))
+            bound[rows] = got["bound"].to_numpy(dtype=np.float64)
+    return answered & (measured > bound), bound
 
 
 def _plain_records(records: Sequence[dict[str, object]] | np.ndarray) -> np.ndarray:
