@@ -94,7 +94,7 @@ def test_explain_serve_prints_limit_latencies_and_breakdown(capsys):
 
 def test_trtllm_0_10_serve_file(ref):
     """The shared in-flight batching measurements: every row is predicted (MoE included) but the one above the
-    HBM bound of its configuration (GPT-J 6B FP8 128/2048, 4.3x), MAPE within the issue's target of 15 %.
+    HBM bound of its configuration (GPT-J 6B FP8 128/2048, 4.3x), MAPE within issue 22's target of 10 %.
     Measured with the shipped constants: 9.50 % (10.13 % with that row scored; 18.1 % before the decode kernels
     of that release were modelled as issue-bound; see the README for the rows the model does not explain)."""
     results = validate_file(ref / "trtllm_0.10.0_serve_a100_h100.csv")
@@ -103,7 +103,7 @@ def test_trtllm_0_10_serve_file(ref):
     assert summary["skipped"] == 1 and summary["n"] == 122
     (skipped,) = [r for r in results if r.skipped is not None]
     assert "gptj-6b-tp1pp1-in128-out2048-fp8" in skipped.case and "HBM bound" in skipped.skipped
-    assert summary["mape_pct"] <= 15.0
+    assert summary["mape_pct"] <= 10.0
 
 
 def test_held_out_tensorrt_llm_1_0_llama33_70b():
@@ -981,3 +981,17 @@ def test_validate_reports_a_throughput_above_the_hbm_bound_as_skipped(tmp_path):
     above, below = validate_file(path)
     assert above.error_pct is None and "4.3x the HBM bound" in above.skipped
     assert below.skipped is None and below.error_pct is not None
+
+
+def test_tensorrt_llm_1_0_dense_runs_meet_issue_22s_held_back_target():
+    """Issue 22 checks held-back TensorRT-LLM 1.0 serving runs against <= 8 % MAPE (aiconfigurator's 13.4 % on
+    its 146 rows). The two dense TensorRT-LLM 1.0 files kept in tests/cases (146 published max-load runs, nothing
+    fitted on them) stand in for them: 7.79 % today (6.41 % over the 42 Llama-3.3 70B runs, 8.35 % over the 104
+    others)."""
+    from pathlib import Path
+
+    cases = Path(__file__).parent / "cases"
+    errors = [abs(r.error_pct) for name in ("trtllm_1.0_dense_serve_more.csv", "trtllm_1.0_llama33_70b_serve.csv")
+              for r in validate_file(cases / name) if r.error_pct is not None]
+    assert len(errors) == 146
+    assert sum(errors) / len(errors) <= 8.0
