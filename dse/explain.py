@@ -15,7 +15,7 @@ from dse import codes
 from dse.cost.inference import OPS, inference_ops
 from dse.cost.memory import optimizer_layout_bytes
 from dse.cost.training import LAYER_BREAKDOWN, MEMORY_BREAKDOWN, TIME_BREAKDOWN
-from dse.frame import evaluate_infer, evaluate_train, infer_inputs
+from dse.frame import evaluate_decode_bound, evaluate_infer, evaluate_train, infer_inputs
 from dse.hardware import catalog as hwcat
 
 Overrides = dict[tuple[str, str], float]
@@ -53,6 +53,18 @@ MEMORY_LABELS = {
 }
 
 
+#: The row key of :func:`dse.cost.inference.decode_hbm_bound` in an explained serving or inference row.
+HBM_BOUND = "decode_hbm_bound_tokens_per_s_per_gpu"
+
+
+def hbm_bound_text(row: pd.Series) -> str:
+    """The line that sets the output rate against the HBM bound of reading the KV cache at peak bandwidth."""
+    bound = float(row[HBM_BOUND])
+    share = float(row["output_tokens_per_s_per_gpu"]) / bound if bound > 0 else float("nan")
+    return (f"  {'  ceiling: KV reads at peak HBM, any batch':<40s} {bound:12.1f}    "
+            f"({100 * share:.0f} % reached; dse.cost.inference.decode_hbm_bound)")
+
+
 def explain_row(config: Mapping[str, object], overrides: Overrides | None = None) -> pd.Series:
     """Evaluate one configuration (a mapping of schema columns) and return inputs + outputs as a Series.
 
@@ -64,6 +76,7 @@ def explain_row(config: Mapping[str, object], overrides: Overrides | None = None
 
         out = evaluate_serve(frame, source="dse explain", overrides=overrides, with_inputs=True)
         row = out.iloc[0].copy()
+        row[HBM_BOUND] = evaluate_decode_bound(frame, "serve", "dse explain", overrides)[0]
         row["model"] = config.get("model", "custom model")
         row["task"] = "serve"
         row["stack"] = config.get("stack")
@@ -71,6 +84,7 @@ def explain_row(config: Mapping[str, object], overrides: Overrides | None = None
     if str(config.get("task", "train")) == "infer":
         out = evaluate_infer(frame, source="dse explain", overrides=overrides, with_inputs=True)
         row = out.iloc[0].copy()
+        row[HBM_BOUND] = evaluate_decode_bound(frame, "infer", "dse explain", overrides)[0]
         row["model"] = config.get("model", "custom model")
         row["task"] = "infer"
         return row
@@ -294,7 +308,8 @@ def format_explain_infer(row: pd.Series, ops: pd.DataFrame) -> str:
               f"  {'time per output token (decode step)':<40s} {tpot}",
               f"  {'end-to-end latency of the batch':<40s} {float(row['e2e_latency_s']):12.3f} s",
               f"  {'output tokens/s':<40s} {float(row['output_tokens_per_s']):12.1f}",
-              f"  {'output tokens/s per GPU':<40s} {float(row['output_tokens_per_s_per_gpu']):12.1f}"]
+              f"  {'output tokens/s per GPU':<40s} {float(row['output_tokens_per_s_per_gpu']):12.1f}",
+              hbm_bound_text(row)]
     if not one:  # one output token: the prefill makes it, there is no decode step
         lines += ["", "One decode step, split (all layers)"]
         for key, label in (("decode_gemm_ms", "GEMMs (weight reads)"), ("decode_attention_ms", "attention (KV reads)"),
@@ -375,6 +390,7 @@ def format_explain_serve(row: pd.Series) -> str:
               f"  {'output tokens/s per GPU':<40s} {float(row['output_tokens_per_s_per_gpu']):12.1f}",
               f"  {'  decoding only (prompts elsewhere)':<40s} "
               f"{float(row['decode_tokens_per_s_per_gpu']):12.1f}",
+              hbm_bound_text(row),
               f"  {'requests/s':<40s} {float(row['requests_per_s']):12.3f}",
               f"  {'concurrent requests (deployment)':<40s} {float(row['running_requests']):12.1f}",
               f"  {'KV cache capacity (requests per replica)':<40s} {float(row['kv_capacity_requests']):12.0f}",

@@ -87,9 +87,25 @@ def test_explain_serve_prints_limit_latencies_and_breakdown(capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     for text in ("binding limit:", "time to first token", "time per output token", "decode attention (KV reads)",
-                 "KV cache capacity"):
+                 "KV cache capacity", "ceiling: KV reads at peak HBM"):
         assert text in out, text
     assert len(out.splitlines()) <= 40  # one screen
+
+
+def test_explain_prints_the_kv_read_ceiling_of_the_configuration(capsys):
+    """dse explain (serve and infer) sets the output rate against decode_hbm_bound, the same bound dse validate
+    checks measurements against: the rate it predicts stays below it."""
+    from dse.explain import HBM_BOUND, explain_row
+    from dse.frame import evaluate_decode_bound
+
+    config = {"task": "infer", "model": "llama2-70b", "system": "a100-sxm-80gb", "tp": 4, "batch": 64,
+              "input_len": 512, "output_len": 512, "precision": "fp16"}
+    row = explain_row(config)
+    assert row[HBM_BOUND] == pytest.approx(evaluate_decode_bound(pd.DataFrame([config]), "infer")[0])
+    assert row["output_tokens_per_s_per_gpu"] < row[HBM_BOUND]
+    argv = ["explain", *[a for k, v in config.items() for a in (f"--{k.replace('_', '-')}", str(v))]]
+    assert main(argv) == 0
+    assert "ceiling: KV reads at peak HBM" in capsys.readouterr().out
 
 
 def test_trtllm_0_10_serve_file(ref):
