@@ -583,7 +583,8 @@ def build_parser() -> argparse.ArgumentParser:
     va.add_argument("--max-mape", type=float, default=None, help="exit 1 when a file's MAPE exceeds PCT")
     va.add_argument("--json", action="store_true", help="print JSON for scripts")
     va.add_argument("--assume", action="append", help="assumptions YAML for unstated inputs (repeatable; "
-                    "default: the package's reference_assumptions.yaml, which only matches the shared cases)")
+                    "default: the package's reference_assumptions.yaml, what the shared cases' sources say of their "
+                    "runs)")
     va.add_argument("--no-assume", action="store_true", help="use the model's defaults for every empty cell")
     va.add_argument("--calibration", metavar="FILE", help=cal_help)
     va.set_defaults(func=cmd_validate)
