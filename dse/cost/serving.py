@@ -353,9 +353,11 @@ def request_overhead_time(x: dict[str, Array]) -> Array:
     t_host = ``request_overhead_s`` · (D + X), D decode requests and X prompts (or chunks) in the iteration.
 
     An in-flight batching runtime adds a time per running request that no GPU term has: scheduling, per-request
-    decoder state and the response of every request, each iteration.  TensorRT-LLM's PyTorch executor measures it
-    (tensorrt-llm-1.0 and 1.1: pull request 10273, a 45.11 ms host step at 1 536 running requests; dse/stacks.csv),
-    and hides it behind the GPU where it overlaps its loop (:func:`exposed_host_time`).  TensorRT-LLM 0.10's
+    decoder state and the response of every request, each iteration.  TensorRT-LLM's PyTorch executor logs an
+    upper bound of it (tensorrt-llm-1.0 and 1.1: pull request 10273, a 45.11 ms ``host_step_time`` at 1 536 running
+    requests, which is the loop's wall time per iteration, the wait for the GPU included; the profiles take the
+    host work equal to that bound, an ASSUMPTION; dse/stacks.csv), and hides it behind the GPU where it overlaps
+    its loop (:func:`exposed_host_time`).  TensorRT-LLM 0.10's
     perf-overview rows do not show it: fitted beside the time per admitted request (:func:`request_setup_time`) it
     goes to 0, so that profile leaves it empty.  Per stack (dse/stacks.csv); empty = 0."""
     return np.nan_to_num(x["request_overhead_s"])
