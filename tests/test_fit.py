@@ -124,3 +124,28 @@ def test_moe_grouped_gemm_table_is_the_fit_of_its_measured_points():
         fixed, stream, gemm, error = moe_grouped_gemm_fit(rows)
         assert (fixed * 1e6, stream, gemm, error * 100) == pytest.approx(
             (row["fixed_us"], row["stream_eff"], row["gemm_eff"], row["fit_mape_pct"]), abs=0.051), row["dtype"]
+
+
+def test_moe_expert_width_is_the_fit_of_the_measured_tables():
+    """MOE_GEMM_FULL_WIDTH is dse.validation.fit.moe_expert_width_fit of the measured TensorRT-LLM MoE layer points:
+    at it no table's GEMM fraction exceeds its peak, one grid step wider the H100 BF16 one would, and the tables'
+    mean error is below the error without a width factor (every tabled expert at its full rate, width 768)."""
+    import pandas as pd
+
+    from dse.cost import constants as K
+    from dse.validation.fit import MOE_WIDTH_GRID, moe_expert_width_fit, moe_grouped_gemm_fit
+
+    points = pd.read_csv(Path(__file__).parent / "kernels" / "trtllm_moe_layer_points.csv")
+    assert moe_expert_width_fit(points) == K.MOE_GEMM_FULL_WIDTH
+    tables = [rows for _, rows in points.groupby(["gpu", "dtype"])]
+
+    def fits(width: float) -> list[tuple[float, float, float, float]]:
+        return [moe_grouped_gemm_fit(rows, width) for rows in tables]
+
+    step = float(MOE_WIDTH_GRID[1] - MOE_WIDTH_GRID[0])
+    assert max(f[2] for f in fits(K.MOE_GEMM_FULL_WIDTH)) <= 1.0 < max(f[2] for f in fits(K.MOE_GEMM_FULL_WIDTH + step))
+
+    def mean_error(width: float) -> float:
+        return sum(f[3] * len(rows) for f, rows in zip(fits(width), tables, strict=True)) / len(points)
+
+    assert mean_error(K.MOE_GEMM_FULL_WIDTH) < mean_error(768.0) - 0.02

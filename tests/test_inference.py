@@ -97,3 +97,14 @@ def test_python_api_evaluates_inference_rows():
     out = dse.evaluate(frame)
     assert np.isfinite(out.loc[0, "tpot_s"]) and np.isnan(out.loc[0, "step_time_s"])
     assert np.isfinite(out.loc[1, "step_time_s"]) and np.isnan(out.loc[1, "tpot_s"])
+
+
+def test_expert_width_efficiency_is_linear_below_the_full_width():
+    """Routed experts narrower than MOE_GEMM_FULL_WIDTH run their grouped GEMMs at f / f_full of the fitted rate
+    (Qwen3-30B's 768: 0.62), wider ones at 1 (DeepSeek-V3's 2048, gpt-oss's 2880), and f = 0 (no routed experts)
+    at 1."""
+    from dse.cost import constants as K
+    from dse.cost.inference import expert_width_efficiency
+
+    w = expert_width_efficiency(np.array([0.0, 768.0, K.MOE_GEMM_FULL_WIDTH, 2048.0, 2880.0]))
+    assert w.tolist() == pytest.approx([1.0, 768.0 / K.MOE_GEMM_FULL_WIDTH, 1.0, 1.0, 1.0])

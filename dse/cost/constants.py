@@ -140,25 +140,33 @@ DEEPSPEED_MAX_REUSE_DISTANCE = 1e9
 #: 26.02.01): 8.8 ms then 12.8 ms per layer and micro-batch, a fixed 7.5 ms for its 16 local experts (0.47 ms each).
 MOE_HOST_S_PER_LOCAL_EXPERT = 4.62e-4
 
+#: Serving: the expert width (FFN width per GPU) from which a routed expert's grouped GEMMs reach the fractions below;
+#: narrower experts reach f / MOE_GEMM_FULL_WIDTH of them (dse.cost.inference.expert_width_efficiency).  FITTED on
+#: TensorRT-LLM's measured MoE layer tables (tests/kernels/trtllm_moe_layer_points.csv, ai-dynamo/aiconfigurator
+#: @095f58a) by dse.validation.fit.moe_expert_width_fit: the widest width at which no table's GEMM fraction exceeds
+#: its peak (tests/test_fit.py reproduces it).
+MOE_GEMM_FULL_WIDTH = 1232.0
 #: Serving: the routed experts' NVFP4 grouped GEMMs (TensorRT-LLM's CUTLASS MoE, B200) run at this fraction of the
 #: engine's dense NVFP4 GEMM rate.  Sourced: TensorRT-LLM 1.2.0rc5's measured MoE layer tables in
 #: ai-dynamo/aiconfigurator @095f58a (b200_sxm/moe/trtllm/1.2.0rc5/moe_perf.parquet; DeepSeek-V3, Qwen3-235B and
-#: Qwen3-30B expert shapes, moe_ep 1-8) fitted to fixed + weights / (HBM · s) + FLOPs / (peak · g): g = 0.201 of the
-#: FP4 peak, over the 0.3772 its dense NVFP4 GEMMs reach (tests/kernels/trtllm_gemm_large_m.csv).  Derivation kept in
+#: Qwen3-30B expert shapes, moe_ep 1-8) fitted to fixed + weights / (HBM · s) + FLOPs / (peak · g · w(f)), w the
+#: expert-width factor (MOE_GEMM_FULL_WIDTH): g = 0.198 of the FP4 peak, over the 0.3772 its dense NVFP4 GEMMs reach
+#: (tests/kernels/trtllm_gemm_large_m.csv).  Derivation kept in
 #: tests/kernels/trtllm_moe_grouped_gemm.csv (tests/test_training_model.py checks it), itself
 #: dse.validation.fit.moe_grouped_gemm_fit of the measured points in tests/kernels/trtllm_moe_layer_points.csv
 #: (tests/test_fit.py reproduces every row; the same holds for the block-FP8 and MXFP4 fractions below).
-MOE_NVFP4_GEMM_FRACTION = 0.533
-#: ... and they stream the visited experts' weights at this fraction of ``memory_rate``: the same fit's 0.576 of the
+MOE_NVFP4_GEMM_FRACTION = 0.525
+#: ... and they stream the visited experts' weights at this fraction of ``memory_rate``: the same fit's 0.575 of the
 #: HBM peak for 0.5625 bytes per weight (NVFP4 values and their FP8 scale per 16), where dse counts 0.5 bytes at
-#: memory_eff (0.956) of the peak: 0.576 / 0.956 · 0.5 / 0.5625.
-MOE_NVFP4_STREAM_FRACTION = 0.536
+#: memory_eff (0.956) of the peak: 0.575 / 0.956 · 0.5 / 0.5625.
+MOE_NVFP4_STREAM_FRACTION = 0.535
 #: Serving: routed experts stored as FP8 with a scale per 128x128 weight block (``moe_quant`` fp8_block: DeepSeek-V3,
 #: Kimi K2) run their grouped GEMMs at this fraction of the engine's dense FP8 GEMM rate.  Sourced: the same
-#: TensorRT-LLM 1.2.0rc5 tables, H100 CUTLASS block-scaled kernels, g = 0.267 of the FP8 peak over the 0.588 of its
-#: dense FP8 GEMMs (trtllm_gemm_large_m.csv); B200's DeepGEMM gives 0.225 / 0.492 = 0.457 and H200's 0.273 / 0.588 =
-#: 0.464, the same to 2 %.  Their weight streaming is within 3 % of per-tensor FP8's (no factor).
-MOE_FP8_BLOCK_GEMM_FRACTION = 0.454
+#: TensorRT-LLM 1.2.0rc5 tables, H100 CUTLASS block-scaled kernels, g = 0.284 of the FP8 peak over the 0.588 of its
+#: dense FP8 GEMMs (trtllm_gemm_large_m.csv); H200's gives 0.289 / 0.588 = 0.491 (2 % apart) and B200's DeepGEMM
+#: 0.277 / 0.492 = 0.563 (17 % above; the Hopper kernels are what the value takes).  Their weight streaming is within
+#: 3 % of per-tensor FP8's (no factor).
+MOE_FP8_BLOCK_GEMM_FRACTION = 0.483
 #: Serving: MXFP4 routed experts (``moe_quant`` mxfp4: gpt-oss) on a GPU without microscaling tensor cores (Hopper,
 #: Ampere) are dequantized into BF16 math (TensorRT-LLM examples/models/core/gpt_oss/README.md: "Hopper | bf16 |
 #: mxfp4", Triton MoE) and reach this fraction of the engine's dense 16-bit GEMM rate.  Sourced: the same 1.2.0rc5
@@ -172,8 +180,8 @@ MXFP4_BYTES_PER_WEIGHT = 0.5 + 1.0 / 32.0
 #: Serving: fixed GPU time of one MoE layer per forward pass (router top-k, token permutation, finalize / unpermute:
 #: kernels that do not scale with the tokens at serving sizes), seconds.  Sourced: the fixed term of the same fits of
 #: TensorRT-LLM 1.2.0rc5's measured MoE layer tables (CUDA-graph replays), median over H100, H200 and B200 and their
-#: BF16, FP8, block FP8, NVFP4 and W4A16 kernels (38.9-70.9 µs; tests/kernels/trtllm_moe_grouped_gemm.csv).
-MOE_LAYER_FIXED_S = 41.4e-6
+#: BF16, FP8, block FP8, NVFP4 and W4A16 kernels (26.2-70.9 µs; tests/kernels/trtllm_moe_grouped_gemm.csv).
+MOE_LAYER_FIXED_S = 39.5e-6
 
 #: Acceptance rate of a multi-token-prediction draft token in speculative decoding: DeepSeek-V3 technical report
 #: (arXiv 2412.19437) §5.4.3, "the acceptance rate of the second token prediction ranges between 85% and 90%"

@@ -245,11 +245,26 @@ def layer_gemm_terms(x: dict[str, Array], rec: dict[str, Array], rate: Array, ac
              + dense * ((h * act + n_fc1 * 2.0) + (f_d * act + h * 2.0))
              + routed * ((h * act_e + n_fc1_m * 2.0) + (f_m * act_e + h * 2.0)))
     routed_flops = routed * (gemm_flops(1.0, n_fc1_m, h) + gemm_flops(1.0, h, f_m))
-    per_token = ((flops - routed_flops) / rate + routed_flops / rate_e
+    per_token = ((flops - routed_flops) / rate + routed_flops / (rate_e * expert_width_efficiency(f_m))
                  + moved / mem + phi * gemm_flops(1.0, E, h) / x["infer_matmul_fp16_rate"])
     fixed = ((h * n_qkv + rec["up_params"] / t + o_k * h + n_mlp * h * f_d) * wb / mem
              + phi * moe * K.MOE_LAYER_FIXED_S)  # the MoE block's routing, permutation and finalize kernels
     return per_token, fixed, phi * n_mlp * h * f_m * wb_e / (mem * stream_frac)
+
+
+def expert_width_efficiency(width: Array, full_width: float = K.MOE_GEMM_FULL_WIDTH) -> Array:
+    """Fraction of its fitted rate a routed expert's grouped GEMMs reach at expert width f (the FFN width one GPU
+    runs, its gate/up GEMMs' output and its down GEMM's reduction): w = min(1, f / f_full), 1 where there are no
+    routed experts (f = 0).  TensorRT-LLM's measured MoE layer tables (tests/kernels/trtllm_moe_layer_points.csv,
+    ai-dynamo/aiconfigurator @095f58a) run Qwen3-30B's 768-wide experts at about half the fraction of peak of
+    Qwen3-235B's 1536-wide and DeepSeek-V3's 2048-wide ones at large token counts (marginal efficiency 0.38-0.63 of
+    theirs over H100, H200 and B200, BF16, FP8, block FP8 and NVFP4), while gpt-oss's 2880-wide experts run at the
+    dense rate.  The linear form and the width f_full = MOE_GEMM_FULL_WIDTH are FITTED on those tables
+    (:func:`dse.validation.fit.moe_expert_width_fit`; which GEMM dimension is short is not identified by them:
+    the hidden size and the width of the narrow experts are both the smallest tabled); experts split by tensor
+    parallelism (f/tp per GPU) are taken to follow the same law, an ASSUMPTION (the tables are moe_tp 1)."""
+    w = np.asarray(width)
+    return np.where(w > 0, np.minimum(1.0, w / full_width), 1.0)
 
 
 def routed_expert_format(x: dict[str, Array], rate: Array, act: Array, wb: Array

@@ -175,14 +175,15 @@ MOE_TABLE_PEAK: dict[str, str] = {"bfloat16": "tensor_fp16_tflops", "w4a16_mxfp4
                                   "w4a8_mxfp4_mxfp8": "tensor_fp8_tflops", "nvfp4": "tensor_fp4_tflops"}
 
 
-def moe_grouped_gemm_fit(points: pd.DataFrame) -> tuple[float, float, float, float]:
+def moe_grouped_gemm_fit(points: pd.DataFrame, full_width: float | None = None) -> tuple[float, float, float, float]:
     """(fixed s, weight-streaming fraction of the HBM peak, GEMM fraction of the dtype's peak, mean relative error) of
     one MoE layer kernel (one gpu and dtype of tests/kernels/trtllm_moe_layer_points.csv): least squares on relative
-    error of L = fixed + W_visited / (HBM · s) + F / (peak · g), with T tokens, each routed to k of E experts split
-    over ep GPUs, F = 2·3·h·f·T·k/ep (gate, up and down) and W_visited = E/ep·(1 − (1 − k/E)^T)·3·h·f bytes of the
-    experts the tokens visit (:func:`dse.cost.inference.experts_visited`); peaks and HBM from the catalog system the
-    table ran on (:data:`KERNEL_TABLE_SYSTEMS`)."""
-    from dse.cost.inference import experts_visited
+    error of L = fixed + W_visited / (HBM · s) + F / (peak · g · w(f)), with T tokens, each routed to k of E experts
+    split over ep GPUs, F = 2·3·h·f·T·k/ep (gate, up and down), W_visited = E/ep·(1 − (1 − k/E)^T)·3·h·f bytes of
+    the experts the tokens visit (:func:`dse.cost.inference.experts_visited`) and w(f) the expert-width factor
+    (:func:`dse.cost.inference.expert_width_efficiency`, full width ``full_width``, default the shipped
+    MOE_GEMM_FULL_WIDTH); peaks and HBM from the catalog system the table ran on (:data:`KERNEL_TABLE_SYSTEMS`)."""
+    from dse.cost.inference import expert_width_efficiency, experts_visited
     from dse.hardware.catalog import systems
 
     (gpu,) = points["gpu"].unique()
@@ -193,12 +194,33 @@ def moe_grouped_gemm_fit(points: pd.DataFrame) -> tuple[float, float, float, flo
     t, h, f = (points[c].to_numpy(dtype=np.float64) for c in ("tokens", "hidden", "inter"))
     e, k, ep = (points[c].to_numpy(dtype=np.float64) for c in ("experts", "top_k", "ep"))
     latency = points["latency_us"].to_numpy(dtype=np.float64) * 1e-6
-    flops = t * k / ep * 6.0 * h * f
+    width = K.MOE_GEMM_FULL_WIDTH if full_width is None else full_width
+    flops = t * k / ep * 6.0 * h * f / expert_width_efficiency(f, width)
     weights = experts_visited(e, k, t) / ep * 3.0 * h * f * MOE_TABLE_WEIGHT_BYTES[str(dtype)]
     a = np.stack([np.ones_like(t), weights / hbm, flops / peak], 1)
     (fixed, inv_s, inv_g), *_ = np.linalg.lstsq(a / latency[:, None], np.ones_like(latency), rcond=None)
     error = float(np.mean(np.abs(a @ np.array([fixed, inv_s, inv_g]) / latency - 1.0)))
     return float(fixed), float(1.0 / inv_s), float(1.0 / inv_g), error
+
+
+#: The grid (elements) :func:`moe_expert_width_fit` searches: 768 (every tabled expert at its full rate) to 2048.
+MOE_WIDTH_GRID = np.arange(768.0, 2048.0 + 1.0, 16.0)
+
+
+def moe_expert_width_fit(points: pd.DataFrame) -> float:
+    """MOE_GEMM_FULL_WIDTH from every table of tests/kernels/trtllm_moe_layer_points.csv: the widest full width on
+    :data:`MOE_WIDTH_GRID` at which no table's fitted GEMM fraction (:func:`moe_grouped_gemm_fit`) exceeds 1 of its
+    peak.  The tables' mean error falls as the width grows through that range (13.4 % at 768, 11.0 % at 1232,
+    9.8 % at 2048), because Qwen3-30B's 768-wide experts run at about half the fraction of the 1536-2880-wide ones
+    at every token count above a few thousand; past the bound the H100 BF16 kernel would have to beat its peak on
+    the wide shapes, so the bound, not the error, sets the width."""
+    tables = [rows for _, rows in points.groupby(["gpu", "dtype"])]
+    best = float(MOE_WIDTH_GRID[0])
+    for width in MOE_WIDTH_GRID:
+        if max(moe_grouped_gemm_fit(rows, float(width))[2] for rows in tables) > 1.0:
+            break
+        best = float(width)
+    return best
 
 
 def shipped_value(generation: str, column: str) -> float:
