@@ -350,6 +350,21 @@ LIMIT_TEXT = {
 }
 
 
+def expert_width_text(row: pd.Series) -> str:
+    """For a model with routed experts: the expert width one GPU runs (the model's moe_ffn_hidden, else its
+    ffn_hidden, over tp) and the fraction of their fitted rate its grouped GEMMs reach
+    (:func:`dse.cost.inference.expert_width_efficiency`); empty for a dense model."""
+    from dse.cost.inference import expert_width_efficiency
+
+    if not _given(row.get("experts")) or float(row["experts"]) <= 1:
+        return ""
+    moe_f = float(row["moe_ffn_hidden"]) if _given(row.get("moe_ffn_hidden")) else 0.0
+    width = (moe_f if moe_f > 0 else float(row["ffn_hidden"])) / float(row["tp"])
+    w = float(expert_width_efficiency(np.array([width]))[0])
+    return (f"    routed experts {width:.0f} wide per GPU: grouped GEMMs at {w:.2f} of their rate "
+            "(dse.cost.inference.expert_width_efficiency)")
+
+
 def format_explain_serve(row: pd.Series) -> str:
     """One screen for a serving configuration: steady state, binding limit, latencies, iteration breakdown."""
     from dse.cost.serving import ITERATION_PARTS
@@ -415,6 +430,8 @@ def format_explain_serve(row: pd.Series) -> str:
     for part in ITERATION_PARTS:
         v = float(row[part])
         lines.append(f"  {SERVE_PART_LABELS[part]:<40s} {v:12.3f} ms  {100 * v / total:5.1f} %")
+        if part == "iter_gemm_ms" and expert_width_text(row):
+            lines.append(expert_width_text(row))
     lines += ["", "Memory per GPU",
               f"  {'weights':<40s} {float(row['weights_bytes']) / 1e9:12.2f} GB",
               f"  {'KV cache in use':<40s} {float(row['kv_cache_bytes']) / 1e9:12.2f} GB",
