@@ -252,7 +252,7 @@ def layer_gemm_terms(x: dict[str, Array], rec: dict[str, Array], rate: Array, ac
     return per_token, fixed, phi * n_mlp * h * f_m * wb_e / (mem * stream_frac)
 
 
-def expert_width_efficiency(width: Array, full_width: float = K.MOE_GEMM_FULL_WIDTH) -> Array:
+def expert_width_efficiency(width: Array, full_width: float | None = None) -> Array:
     """Fraction of its fitted rate a routed expert's grouped GEMMs reach at expert width f (the FFN width one GPU
     runs, its gate/up GEMMs' output and its down GEMM's reduction): w = min(1, f / f_full), 1 where there are no
     routed experts (f = 0).  TensorRT-LLM's measured MoE layer tables (tests/kernels/trtllm_moe_layer_points.csv,
@@ -260,11 +260,13 @@ def expert_width_efficiency(width: Array, full_width: float = K.MOE_GEMM_FULL_WI
     Qwen3-235B's 1536-wide and DeepSeek-V3's 2048-wide ones at large token counts (marginal efficiency 0.38-0.63 of
     theirs over H100, H200 and B200, BF16, FP8, block FP8 and NVFP4), while gpt-oss's 2880-wide experts run at the
     dense rate.  The linear form and the width f_full = MOE_GEMM_FULL_WIDTH are FITTED on those tables
-    (:func:`dse.validation.fit.moe_expert_width_fit`; which GEMM dimension is short is not identified by them:
-    the hidden size and the width of the narrow experts are both the smallest tabled); experts split by tensor
+    (:func:`dse.validation.fit.moe_expert_width_fit`; ``full_width`` empty: that constant; which GEMM dimension is
+    short is not identified by them: the hidden size and the width of the narrow experts are both the smallest
+    tabled); experts split by tensor
     parallelism (f/tp per GPU) are taken to follow the same law, an ASSUMPTION (the tables are moe_tp 1)."""
+    full = K.MOE_GEMM_FULL_WIDTH if full_width is None else full_width
     w = np.asarray(width)
-    return np.where(w > 0, np.minimum(1.0, w / full_width), 1.0)
+    return np.where(w > 0, np.minimum(1.0, w / full), 1.0)
 
 
 def routed_expert_format(x: dict[str, Array], rate: Array, act: Array, wb: Array

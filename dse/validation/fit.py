@@ -194,8 +194,7 @@ def moe_grouped_gemm_fit(points: pd.DataFrame, full_width: float | None = None) 
     t, h, f = (points[c].to_numpy(dtype=np.float64) for c in ("tokens", "hidden", "inter"))
     e, k, ep = (points[c].to_numpy(dtype=np.float64) for c in ("experts", "top_k", "ep"))
     latency = points["latency_us"].to_numpy(dtype=np.float64) * 1e-6
-    width = K.MOE_GEMM_FULL_WIDTH if full_width is None else full_width
-    flops = t * k / ep * 6.0 * h * f / expert_width_efficiency(f, width)
+    flops = t * k / ep * 6.0 * h * f / expert_width_efficiency(f, full_width)
     weights = experts_visited(e, k, t) / ep * 3.0 * h * f * MOE_TABLE_WEIGHT_BYTES[str(dtype)]
     a = np.stack([np.ones_like(t), weights / hbm, flops / peak], 1)
     (fixed, inv_s, inv_g), *_ = np.linalg.lstsq(a / latency[:, None], np.ones_like(latency), rcond=None)
