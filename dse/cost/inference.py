@@ -262,8 +262,8 @@ def expert_width_efficiency(width: Array, full_width: float | None = None) -> Ar
     dense rate.  The linear form and the width f_full = MOE_GEMM_FULL_WIDTH are FITTED on those tables
     (:func:`dse.validation.fit.moe_expert_width_fit`; ``full_width`` empty: that constant; which GEMM dimension is
     short is not identified by them: the hidden size and the width of the narrow experts are both the smallest
-    tabled); experts split by tensor
-    parallelism (f/tp per GPU) are taken to follow the same law, an ASSUMPTION (the tables are moe_tp 1)."""
+    tabled); experts split by tensor parallelism (f/tp per GPU) are taken to follow the same law, an ASSUMPTION
+    (the tables are moe_tp 1)."""
     full = K.MOE_GEMM_FULL_WIDTH if full_width is None else full_width
     w = np.asarray(width)
     return np.where(w > 0, np.minimum(1.0, w / full), 1.0)
