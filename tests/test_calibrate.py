@@ -179,15 +179,17 @@ def test_a_constant_the_files_cannot_pin_is_flagged(ref, assumptions):
 
 #: The published H100 BF16 training runs Hopper's 16-bit GEMM efficiency is fitted on (efficiency.csv, hopper
 #: row): each file's rows with precision bf16 on an H100; the files' other rows do not involve the constant
-#: (A100 rows, memory rows) or mix in FP8 GEMMs (Float8 rows).
+#: (A100 rows, memory rows) or mix in FP8 GEMMs (Float8 rows).  Runs whose micro-batch, interleaving or
+#: recomputation the source leaves unstated are kept out (meta2024_llama3_405b_h100.csv: its bubble, an
+#: assumption, is most of the 16 384-GPU steps; megatron_core_r0.8_h100_gpt.csv; MaxText's single XLA program).
 HOPPER_BF16_FIT_FILES = ("llmfoundry_2023_h100_a100_bf16.csv", "torchtitan_2024-12_h100.csv",
-                         "torchtitan_2024-08_a100_h100.csv", "meta2024_llama3_405b_h100.csv")
+                         "torchtitan_2024-08_a100_h100.csv", "dgxc_nemo_24.12_h100.csv")
 
 
 def test_hopper_bf16_gemm_efficiency_is_the_fit_on_published_runs(tmp_path):
     """The shipped hopper matmul_eff_fp16 is what `dse calibrate --params hopper:matmul_eff_fp16` finds on the
-    published BF16 H100 runs of tests/cases (23 runs; the fit gave 0.6164, shipped 0.617): rerunning the fit
-    reproduces it, so the constant is not tuned by hand.  The blackwell row copies it (ASSUMPTION, as its
+    published BF16 H100 runs of tests/cases (39 runs; the fit gave 0.5619, shipped 0.562): rerunning the fit
+    reproduces it, so the constant is not tuned by hand.  The blackwell rows copy it (ASSUMPTION, as their
     source says for every constant)."""
     from pathlib import Path
 
@@ -201,12 +203,13 @@ def test_hopper_bf16_gemm_efficiency_is_the_fit_on_published_runs(tmp_path):
         frame.loc[keep].to_csv(tmp_path / name, index=False)
         files.append(str(tmp_path / name))
     result = calibrate(CaseSet.load(files), [("hopper", "matmul_eff_fp16")], leave_one_out=False)
-    assert result["cases"] == 23
+    assert result["cases"] == 39
     fitted = result["constants"][("hopper", "matmul_eff_fp16")]
     eff = hwcat.efficiency()
     assert eff.loc["hopper", "matmul_eff_fp16"] == pytest.approx(fitted, abs=0.002)
     assert eff.loc["blackwell", "matmul_eff_fp16"] == eff.loc["hopper", "matmul_eff_fp16"]
-    assert result["mape_after_pct"] < result["mape_before_pct"]
+    assert eff.loc["blackwell-sm120", "matmul_eff_fp16"] == eff.loc["hopper", "matmul_eff_fp16"]
+    assert result["mape_after_pct"] <= result["mape_before_pct"] + 1e-9  # the shipped value is the optimum
 
 
 def test_calibrate_fits_serving_rows_and_recovers_a_known_rate(ref, tmp_path, assumptions):

@@ -147,43 +147,45 @@ def test_torchtitan_2024_12_throughput_meets_the_issue_target():
 
 def test_megatron_core_r0_8_h100_weak_scaling_is_held_out_within_its_bound():
     """Issue 25: the nine GPT runs of Megatron-LM's README (Megatron-Core r0.8.0, H100, BF16, MFU 41-49 %),
-    out of sample.  Measured: 9.9 % MAPE (10.4 % before the overlap cost); 1.7B +31.9 % and 7.1B +19.4 % (small
-    models, dse too fast), 70B-462B within -5 ... +7 %.  The bound records today's figure so a change that makes
-    it worse is seen; it is not a claim of accuracy."""
+    out of sample.  Measured: 8.4 % MAPE (9.9 % before Hopper's 16-bit GEMM efficiency was refitted on NVIDIA's
+    NeMo recipes, 10.4 % before the overlap cost); 1.7B +23.5 % and 7.1B +10.9 % (small models, dse too fast),
+    70B-177B within -5 ... +0.2 %, 314B and 462B -13 / -12 % (one chunk per stage assumed).  The bound records today's
+    figure so a change that makes it worse is seen; it is not a claim of accuracy."""
     from pathlib import Path
 
     results = validate_file(Path(__file__).parent / "cases" / "megatron_core_r0.8_h100_gpt.csv")
     (summary,) = summarize(results)
-    assert summary["n"] == 9 and summary["skipped"] == 0 and summary["mape_pct"] <= 11.0
+    assert summary["n"] == 9 and summary["skipped"] == 0 and summary["mape_pct"] <= 9.0
 
 
 def test_dgxc_nemo_h100_runs_are_predicted_within_their_bound():
     """Issue 25: NVIDIA's DGX Cloud benchmarking NeMo 24.12 recipes (dgxc-benchmarking @8f5cbb37: Llama 3.1 8B,
     70B, 405B and GPT-3 175B on 8-2304 H100, BF16 and FP8, no recomputation), the highest-MFU published >= 70B BF16
-    Hopper runs found.  Every row is predicted (38); before they entered the fit of Hopper's 16-bit GEMM efficiency
-    dse put them at 5.37 % MAPE, every BF16 row 4-8 % too fast.  The bound records the figure so a change that
-    makes it worse is seen."""
+    Hopper runs found.  Every row is predicted (38).  Before its BF16 rows entered the fit of Hopper's 16-bit GEMM
+    efficiency dse put the file at 5.37 % MAPE, every BF16 row 4-8 % too fast; now 2.83 % (BF16 rows in sample,
+    FP8 rows out of sample, their constant fitted on the shared NeMo 24.07 file).  The bound records the figure
+    so a change that makes it worse is seen."""
     from pathlib import Path
 
     results = validate_file(Path(__file__).parent / "cases" / "dgxc_nemo_24.12_h100.csv")
     (summary,) = summarize(results)
-    assert summary["n"] == 38 and summary["skipped"] == 0 and summary["mape_pct"] <= 5.5
+    assert summary["n"] == 38 and summary["skipped"] == 0 and summary["mape_pct"] <= 3.0
 
 
 def test_maxtext_llama2_70b_h100_is_held_out_and_dse_is_not_faster_than_it():
     """Issue 25: NVIDIA's DGX Cloud benchmarking recipe for MaxText Llama 2 70B (dgxc-benchmarking
-    maxtext/README_70b.md @143b90d, 64-2048 H100, FSDP, micro-batch 2, 4k tokens), out of sample.  It is the
-    published >= 70B BF16 Hopper run with the highest MFU found, 51.5-52.6 % by the recipe's formula (dse's
-    counting gives the same), while recomputing most of the forward (remat_policy save_qkv_proj): about 68 %
-    hardware FLOP utilisation.  dse, with Hopper's 16-bit GEMM efficiency fitted on Megatron / torchtitan /
-    llm-foundry runs, predicts every BF16 row 15-19 % slower than it ran (FP8 rows 17-28 %).  Measured: 18.8 %
-    MAPE over the 12 rows, BF16 16.5 %.  The bound records today's figure; the sign check records that the
-    shipped layouts' 58 % MFU (no recomputation) stays below the hardware utilisation this run published."""
+    maxtext/README_70b.md @143b90d, 64-2048 H100, FSDP, micro-batch 2, 4k tokens), out of sample: 51.5-52.6 % MFU
+    by the recipe's formula (dse's counting gives the same) while recomputing most of the forward
+    (remat_policy save_qkv_proj, taken as dse's full recomputation, ASSUMPTION): about 68 % hardware FLOP
+    utilisation.  dse predicts every row slower than it ran: 22.1 % MAPE over the 12 rows, BF16 -22 ... -25 %
+    (18.8 % and -15 ... -19 % before Hopper's 16-bit GEMM efficiency was refitted on NVIDIA's NeMo recipes, which
+    dse had put 4-8 % too fast), FP8 -17 ... -28 %.  The bound records today's figure; the sign check records
+    that dse is not faster than this XLA run on any BF16 row."""
     from pathlib import Path
 
     results = validate_file(Path(__file__).parent / "cases" / "maxtext_2024.12_llama2_70b_h100.csv")
     (summary,) = summarize(results)
-    assert summary["n"] == 12 and summary["skipped"] == 0 and summary["mape_pct"] <= 19.0
+    assert summary["n"] == 12 and summary["skipped"] == 0 and summary["mape_pct"] <= 22.5
     bf16 = [r for r in results if "-bf16-" in r.case]
     assert len(bf16) == 6 and all(r.predicted is not None and r.predicted < r.measured for r in bf16)
 
