@@ -467,3 +467,62 @@ def test_a_power_limit_scales_the_compute_clock_by_the_cube_root_law():
     assert table["sm_clocks"][capped] / table["sm_clocks"][full] == pytest.approx((500 / 700) ** (1 / 3))
     assert table["hbm_bw"][capped] == pytest.approx(2.4e12)  # the memory clock is not the limit's
     assert table["tdp_w"][capped] == 500 and table["tdp_w"][full] == 700
+
+
+def test_blackwell_ultra_rate_factors_are_the_measured_kernel_ratios():
+    """gemm_rate_factor and attention_rate_factor (systems.csv) are what TensorRT-LLM 1.3.0rc20's measured kernel
+    tables of both parts give (tests/kernels/, ai-dynamo/aiconfigurator @095f58a), not a fit: GB300 against GB200
+    and B300 against B200 at the same dense 16- and 8-bit peaks, the GEMM factor the geometric mean of the BF16
+    and FP8 ratios of median fractions of peak, the attention factor the BF16 context-attention ratio.  Every other
+    system is empty (1): B200 and GB200 are the parts the Blackwell constants are checked on."""
+    kernels = REPO / "tests" / "kernels"
+    gemm = pd.read_csv(kernels / "trtllm_gemm_large_m.csv").set_index(["gpu", "dtype"])
+    attn = pd.read_csv(kernels / "trtllm_context_attention.csv").set_index("gpu")
+    sysf = hwcat.systems()
+    for name, gpu, ref, ref_gpu in (("gb300-nvl72", "gb300", "gb200-nvl72", "gb200"),
+                                    ("b300", "b300_sxm", "b200", "b200_sxm")):
+        for dtype, col in (("bfloat16", "tensor_fp16_tflops"), ("fp8", "tensor_fp8_tflops")):
+            assert gemm.loc[(gpu, dtype), "peak_tflops"] == sysf.loc[name, col] == sysf.loc[ref, col]
+            assert gemm.loc[(ref_gpu, dtype), "peak_tflops"] == sysf.loc[ref, col]
+        ratio = [gemm.loc[(gpu, d), "median_eff"] / gemm.loc[(ref_gpu, d), "median_eff"] for d in ("bfloat16", "fp8")]
+        assert sysf.loc[name, "gemm_rate_factor"] == pytest.approx(math.sqrt(ratio[0] * ratio[1]), abs=5e-4)
+        assert sysf.loc[name, "attention_rate_factor"] == pytest.approx(
+            attn.loc[gpu, "median_eff"] / attn.loc[ref_gpu, "median_eff"], abs=5e-4)
+    others = sysf.drop(index=["gb300-nvl72", "b300"])
+    assert others["gemm_rate_factor"].isna().all() and others["attention_rate_factor"].isna().all()
+    for gpu in ("b300_sxm", "gb200", "gb300"):
+        assert "aiconfigurator @095f58a" in attn.loc[gpu, "source"]
+        assert gemm.loc[gpu, "source"].str.contains("aiconfigurator @095f58a").all()
+
+
+def test_rate_factors_scale_the_16_and_8_bit_gemms_and_attention_not_fp4():
+    """GB300's achieved rates are GB200's times its factors wherever their peaks agree (training and serving
+    GEMMs at 16 and 8 bits, every attention kernel); its FP4 rate is its own 1.5x peak times the generation's
+    efficiency, without a factor (the measured NVFP4 tables disagree with the training runs; systems.csv notes)."""
+    table = hwcat.hardware_table()
+    code = {n: i for i, n in enumerate(hwcat.system_names())}
+    gb3, gb2 = code["gb300-nvl72"], code["gb200-nvl72"]
+    sysf = hwcat.systems()
+    g, a = sysf.loc["gb300-nvl72", "gemm_rate_factor"], sysf.loc["gb300-nvl72", "attention_rate_factor"]
+    for col in ("matmul_fp16_rate", "matmul_fp8_rate", "infer_matmul_fp16_rate", "infer_matmul_fp8_rate"):
+        assert table[col][gb3] == pytest.approx(g * table[col][gb2]), col
+    for col in ("attention_rate", "attention_fused_rate", "infer_attention_rate"):
+        assert table[col][gb3] == pytest.approx(a * table[col][gb2]), col
+    for col in ("matmul_fp4_rate", "infer_matmul_fp4_rate"):
+        assert table[col][gb3] == pytest.approx(1.5 * table[col][gb2]), col
+    assert table["memory_rate"][gb3] == pytest.approx(table["memory_rate"][gb2])
+
+
+def test_a_rate_factor_that_is_not_positive_is_refused(monkeypatch, tmp_path):
+    """A non-positive rate factor in systems.csv is a catalog error naming the file, the row and the column."""
+    frame = SYSTEMS_RAW.copy()
+    frame.loc[frame["name"] == "b300", "attention_rate_factor"] = "-1"
+    path = tmp_path / "systems.csv"
+    frame.to_csv(path, index=False)
+    monkeypatch.setattr(hwcat, "_read_csv", lambda name: pd.read_csv(path, dtype={"name": str, "generation": str}))
+    hwcat.systems.cache_clear()
+    try:
+        with pytest.raises(hwcat.CatalogError, match=r"systems.csv row \d+: column 'attention_rate_factor'"):
+            hwcat.systems()
+    finally:
+        hwcat.systems.cache_clear()

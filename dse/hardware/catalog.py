@@ -128,6 +128,7 @@ def systems() -> pd.DataFrame:
         "tensor_fp16_tflops", "tensor_fp8_tflops", "tensor_fp4_tflops", "vector_fp32_tflops", "fp32_lanes_per_sm",
         "hbm_gb", "hbm_tbps", "scaleup_gpus", "scaleup_gbps", "scaleout_gbit", "host_gbps", "p2p", "bridge_gbps",
         "node_gpus", "gpus_per_switch", "host_cores", "host_mem_gb", "host_mem_gbps", "tdp_w", "power_limit_w",
+        "gemm_rate_factor", "attention_rate_factor",
     ]
     for col in numeric:
         frame[col] = pd.to_numeric(frame[col], errors="raise").astype(np.float64)
@@ -144,7 +145,21 @@ def systems() -> pd.DataFrame:
         row = int(np.flatnonzero(bad.to_numpy())[0])
         raise CatalogError(f"dse/hardware/systems.csv row {row + 2}: column 'power_limit_w' must be a positive number "
                            "no larger than tdp_w (or empty: the part runs at its rated power)")
+    for col in RATE_FACTOR_COLUMNS:
+        bad = frame[col].notna() & (frame[col] <= 0)
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise CatalogError(f"dse/hardware/systems.csv row {row + 2}: column {col!r} must be a positive number "
+                               "(or empty: 1, the generation's constants as they are)")
     return frame.set_index("name", drop=False)
+
+
+#: Per-system factors on the rates the generation's efficiency constants give (empty in systems.csv: 1).  A part
+#: that runs the same kernels faster than the system its generation's constants were validated on, at the same
+#: spec peaks, carries the measured ratio: ``gemm_rate_factor`` on the 16- and 8-bit GEMM rates (training and
+#: serving), ``attention_rate_factor`` on the attention kernels' rates.  Both come from one harness measuring both
+#: parts (TensorRT-LLM's kernel tables; each row's source column); FP4 rates take none (see systems.csv notes).
+RATE_FACTOR_COLUMNS = ("gemm_rate_factor", "attention_rate_factor")
 
 
 #: Exponent of the clock a power limit leaves: dynamic power P = C·V²·f with the supply voltage scaled with the
@@ -206,16 +221,19 @@ def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     the HBM bandwidth (``xqa_rate`` = HBM bandwidth × ``xqa_memory_eff``; 0 where the generation has none).
     """
     z = lambda a: np.nan_to_num(np.asarray(a, dtype=np.float64), nan=0.0)  # noqa: E731
+    # a part measured faster than its generation's reference at the same peaks (RATE_FACTOR_COLUMNS; 1 elsewhere)
+    gemm_x = np.asarray(raw.get("gemm_rate_factor", 1.0), dtype=np.float64)
+    attn_x = np.asarray(raw.get("attention_rate_factor", 1.0), dtype=np.float64)
     return {
         "tensor_fp16_flops": z(raw["tensor_fp16_flops"]),
         "tensor_fp8_flops": z(raw["tensor_fp8_flops"]),
         "tensor_fp4_flops": z(raw["tensor_fp4_flops"]),
-        "matmul_fp16_rate": z(raw["tensor_fp16_flops"] * raw["matmul_eff_fp16"]),
-        "matmul_fp8_rate": z(raw["tensor_fp8_flops"] * raw["matmul_eff_fp8"]),
+        "matmul_fp16_rate": z(raw["tensor_fp16_flops"] * raw["matmul_eff_fp16"] * gemm_x),
+        "matmul_fp8_rate": z(raw["tensor_fp8_flops"] * raw["matmul_eff_fp8"] * gemm_x),
         "matmul_fp4_rate": z(raw["tensor_fp4_flops"] * raw["matmul_eff_fp4"]),
-        "attention_rate": z(raw["tensor_fp16_flops"] * raw["attention_eff"]),
+        "attention_rate": z(raw["tensor_fp16_flops"] * raw["attention_eff"] * attn_x),
         # cuDNN's fused flash attention (attention = cudnn): its own fraction of the 16-bit peak
-        "attention_fused_rate": z(raw["tensor_fp16_flops"] * raw["attention_eff_fused"]),
+        "attention_fused_rate": z(raw["tensor_fp16_flops"] * raw["attention_eff_fused"] * attn_x),
         "memory_rate": z(raw["hbm_bw"] * raw["memory_eff"]),
         "hbm_bw": z(raw["hbm_bw"]),
         "hbm_bytes": z(raw["hbm_bytes"]),
@@ -235,10 +253,10 @@ def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "infer_allreduce_latency_s": z(np.where(raw["p2p"] > 0, raw["infer_allreduce_latency_s"],
                                                 raw["scaleup_latency_s"])),
         # inference engines (TensorRT-LLM kernels) reach other GEMM efficiencies than training frameworks
-        "infer_matmul_fp16_rate": z(raw["tensor_fp16_flops"] * raw["infer_matmul_eff_fp16"]),
-        "infer_matmul_fp8_rate": z(raw["tensor_fp8_flops"] * raw["infer_matmul_eff_fp8"]),
+        "infer_matmul_fp16_rate": z(raw["tensor_fp16_flops"] * raw["infer_matmul_eff_fp16"] * gemm_x),
+        "infer_matmul_fp8_rate": z(raw["tensor_fp8_flops"] * raw["infer_matmul_eff_fp8"] * gemm_x),
         # and their own context (prompt) attention kernels: TensorRT-LLM's fused multi-head attention
-        "infer_attention_rate": z(raw["tensor_fp16_flops"] * raw["infer_attention_eff"]),
+        "infer_attention_rate": z(raw["tensor_fp16_flops"] * raw["infer_attention_eff"] * attn_x),
         "infer_matmul_fp4_rate": z(raw["tensor_fp4_flops"] * raw["infer_matmul_eff_fp4"]),
         "layer_overhead_s": z(raw["layer_overhead_s"]),
         # the same decode pass captured in a CUDA graph (an engine's cuda_graphs): no per-kernel launches
@@ -331,6 +349,8 @@ def raw_table(overrides: tuple[tuple[str, str, float], ...] = ()) -> dict[str, n
         "host_mem_bytes": sysf["host_mem_gb"].to_numpy() * 1e9,
         "host_mem_bw": sysf["host_mem_gbps"].to_numpy() * 1e9,
         "tdp_w": operating_power_w(sysf),  # the power drawn at most (energy outputs)
+        "gemm_rate_factor": sysf["gemm_rate_factor"].fillna(1.0).to_numpy(),
+        "attention_rate_factor": sysf["attention_rate_factor"].fillna(1.0).to_numpy(),
         # SMs × clock (per second): the FP32 vector peak is 2 FLOPs per lane per SM per clock
         "sm_clocks": sysf["vector_fp32_tflops"].to_numpy() * 1e12 * clock
         / (2.0 * sysf["fp32_lanes_per_sm"].to_numpy()),
