@@ -558,6 +558,29 @@ def test_grouped_moe_gemm_has_no_per_expert_host_time():
     assert out["step_time_s"][2] == out["step_time_s"][3]
 
 
+def test_megatron_bridge_fused_grouped_mlp_rows_are_the_recipes_that_set_it():
+    """tests/cases/megatron_bridge_moe_train_2026.csv states moe_gemm = grouped exactly on the rows whose recipe
+    (Megatron-Bridge v0.5.0 for 26.06, v0.5.1 for 26.06.01 and 26.08) sets cutedsl_fused_grouped_mlp=True with
+    full-iteration CUDA graphs: the MXFP8 rows of DeepSeek-V3, Qwen3 235B / 30B and GPT-OSS 120B on GB300 and GB200,
+    and Qwen3-30B on B300 at 26.06 (tests/cases/MOE_NOTES.md); never Kimi K2, the H100 rows or an earlier release
+    (no tag before v0.5.0 has the flag), and each such row cites the recipe it was matched to."""
+    from pathlib import Path
+
+    cases = pd.read_csv(Path(__file__).parent / "cases" / "megatron_bridge_moe_train_2026.csv")
+    release = cases["case"].str.extract(r"^mb-([0-9.]+)-")[0]
+    late = release.isin(["26.06", "26.06.01", "26.08"])
+    blackwell_nvl = cases["system"].isin(["gb300-nvl72", "gb200-nvl72"])
+    b300_qwen30 = (cases["system"] == "b300") & (cases["model"] == "qwen3-30b-a3b") & (release == "26.06")
+    expected = late & cases["case"].str.contains("mxfp8") & (cases["model"] != "kimi-k2") & (blackwell_nvl | b300_qwen30)
+    grouped = cases["moe_gemm"].fillna("") == "grouped"
+    assert grouped.sum() == 26
+    assert (grouped == expected).all(), cases.loc[grouped != expected, "case"].tolist()
+    assert cases.loc[grouped, "source"].str.contains("cutedsl_fused_grouped_mlp=True").all()
+    assert cases.loc[grouped, "source"].str.contains("full_iteration").all()
+    first = pd.read_csv(Path(__file__).parent / "cases" / "megatron_bridge_moe_train.csv")
+    assert "moe_gemm" not in first.columns or (first["moe_gemm"].fillna("") != "grouped").all()
+
+
 def test_ep_dispatch_default_is_the_alltoall_and_deepep_shrinks_only_the_expert_all_to_all():
     """ep_dispatch empty = alltoall = today's model, exactly (also in a batch with deepep rows); deepep (a token
     once per remote node over the NIC) changes only the expert-parallel communication of a MoE row (and the step
