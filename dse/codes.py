@@ -127,9 +127,12 @@ ADAPTER_PRECISION: tuple[str, ...] = ("16bit", "fp32")
 #: (deepspeed/runtime/zero/stage_1_and_2.py, v0.9-0.12), buckets of hidden² elements (HF Transformers' "auto"
 #: reduce_bucket_size, transformers/integrations/deepspeed.py) — thousands of small collectives per step.
 DP_REDUCE: tuple[str, ...] = ("reduce_scatter", "reduce_per_rank")
-#: The unit a framework's memory report calls "GB": 10^9 bytes, or 2^30 (PyTorch's and DeepSpeed's memory
-#: printouts divide by 1024^3 and print "GB").
-MEMORY_REPORT: tuple[str, ...] = ("gb", "gib")
+#: What a framework's memory report reads and the unit it calls "GB": allocated memory in 10^9 bytes, or in 2^30
+#: (PyTorch's and DeepSpeed's memory printouts divide by 1024^3 and print "GB"), or the device memory in use in
+#: 2^30 (``torch.cuda.mem_get_info`` total − free: the caching allocator's reserve included;
+#: :func:`dse.cost.memory.phase_peak_bytes`).
+MEMORY_REPORT: tuple[str, ...] = ("gb", "gib", "gib_in_use")
+MEMORY_REPORT_IN_USE = MEMORY_REPORT.index("gib_in_use")
 #: ZeRO ≥ 2 with pipeline parallelism: refused (DeepSpeed's engine asserts it: gradient partitioning and the
 #: pipeline's micro-batch accumulation do not mix; the reason row ``zero >= 2 with pp > 1 unsupported``), or
 #: FSDP2 under ``torch.distributed.pipelining`` (torchtitan): ``reshard_after_forward`` off and, on every backward

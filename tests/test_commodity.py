@@ -128,6 +128,31 @@ def test_memory_report_gib_divides_by_two_to_the_30():
     assert gib["peak_memory_gb"] == pytest.approx(gb["peak_memory_gb"] * 1e9 / 2**30, rel=1e-6)
 
 
+def test_device_memory_in_use_keeps_the_activations_beside_the_step_temporaries():
+    """memory_report = gib_in_use (torch.cuda.mem_get_info, the caching allocator's segments): the optimizer step's
+    temporaries that no cached activation block can hold take new segments, so the reading adds the activations
+    and the step's temporaries where allocated memory takes the larger (memory.phase_peak_bytes).  ZeRO-2's flat
+    fp32 gradient partition: always; torch AdamW's per-parameter temporaries: only while a micro-batch's tokens
+    are fewer than the hidden size (an h x f temporary is then larger than any tokens x f activation).  The model
+    states are the same in both readings, and gib_in_use is in GiB."""
+    for kw in ({"zero": 2, "stack": "deepspeed-2023"}, {"zero": 0, "optimizer": "adam_16bit"}):
+        alloc = train(system="a800-sxm-80gb", memory_report="gib", **kw)
+        used = train(system="a800-sxm-80gb", memory_report="gib_in_use", **kw)
+        states = alloc["mem_weights_bytes"] + alloc["mem_grads_bytes"] + alloc["mem_optimizer_bytes"] + alloc[
+            "mem_buffers_bytes"]
+        step = alloc["mem_activations_bytes"] + alloc["mem_step_extra_bytes"]  # max(A, S) = S here (the step peaks)
+        assert alloc["mem_step_extra_bytes"] > 0
+        assert used["mem_total_bytes"] == pytest.approx(states + alloc["mem_activations_bytes"] + step, rel=1e-6)
+        assert used["peak_memory_gb"] == pytest.approx(used["mem_total_bytes"] / 2**30, rel=1e-6)
+        assert used["step_time_s"] == alloc["step_time_s"]
+    # at tokens >= hidden the activation blocks hold torch's per-parameter temporaries: the larger of the two again
+    big = dict(zero=0, optimizer="adam_16bit", micro_batch=16, global_batch=128)
+    assert 16 * BASE["seq_len"] >= 4096
+    alloc = train(system="a800-sxm-80gb", memory_report="gib", **big)
+    used = train(system="a800-sxm-80gb", memory_report="gib_in_use", **big)
+    assert used["mem_total_bytes"] == pytest.approx(alloc["mem_total_bytes"], rel=1e-6)
+
+
 def test_a_setting_per_zero_stage_follows_the_row():
     """deepspeed-2023's dp_overlap 1/0/0/1 (DeepSpeed's overlap_comm default, stage 3 only; DDP at stage 0) and
     its optimizer (torch AdamW without ZeRO, DeepSpeed's fp32 partitions with it), in tables and in sweeps."""

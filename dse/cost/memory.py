@@ -188,3 +188,31 @@ def zero_step_grad_bytes(partition_params: Array, grad_bytes: Array = 2.0) -> Ar
     (``sub_group_size`` 1e9 elements by default, more than a 7B/13B rank's partition at N_d = 8).  The activations are
     freed by then: the step's peak is the model states plus this."""
     return (grad_bytes + 4.0 * mask(grad_bytes < 4.0, partition_params)) * partition_params
+
+
+def phase_peak_bytes(activations: Array, step_flat: Array, step_per_param: Array, tokens: Array, hidden: Array,
+                     in_use: Array) -> Array:
+    """Peak above the model states of a training step, as the framework's memory reading sees it.
+
+    Allocated memory (``torch.cuda.max_memory_allocated``; DeepSpeed's ``see_memory_usage``): the larger of the
+    forward/backward peak (activations held) and the optimizer step's (activations freed, temporaries allocated):
+
+        m = max(A, S),  S = S_flat + S_param
+
+    Device memory in use (``torch.cuda.mem_get_info`` total − free, ``memory_report = gib_in_use``): PyTorch's
+    caching allocator keeps every segment it has cudaMalloc'ed until ``empty_cache`` (which DeepSpeed 0.9-0.12 calls
+    only at start-up, ``stage_1_and_2.py`` / ``stage3.py`` @v0.10.3), and it serves a request from the smallest
+    cached free block at least as large, splitting it (pytorch/pytorch ``c10/cuda/CUDACachingAllocator.cpp``: best
+    fit over the large-block pool, Note [Block splitting]; PyTorch docs, CUDA semantics, "Memory management":
+    memory the allocator caches still shows as used).  The first iteration's activations are cached when the
+    optimizer step allocates its temporaries, and a temporary that no cached block can hold takes a new segment:
+
+        m_in_use = max(A + S_new, S)
+
+    with S_new the temporaries larger than any activation tensor: DeepSpeed ZeRO's flat partition-sized gradient
+    copies (``zero_step_grad_bytes``, GBs) always; torch's per-parameter AdamW temporaries (``_foreach_*`` results
+    of the h × f weight matrices) only while a micro-batch's activation tensors (tokens × f) are smaller, i.e.
+    tokens < h.  Later iterations reuse those segments, so the reading after training is this high-water mark.
+    ASSUMPTION: the activations' blocks are the token-sized tensors (no larger cached block from elsewhere)."""
+    s_new = step_flat + step_per_param * mask(tokens < hidden, tokens)
+    return np.maximum(activations + in_use * s_new, step_flat + step_per_param)

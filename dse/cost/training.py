@@ -66,6 +66,7 @@ from dse.cost.memory import (
     logits_bytes,
     optimizer_bytes,
     optimizer_layout_bytes,
+    phase_peak_bytes,
     weight_bytes,
     zero_step_grad_bytes,
 )
@@ -344,7 +345,8 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     # the bytes of 16-bit ones
     tw = 1.0 + peft * (x["adapter_precision"] >= 1).astype(f64)
     eager = (x["kernels"] == codes.KERNELS_EAGER).astype(f64)
-    gib = (x["memory_report"] >= 1).astype(f64)
+    gib = (x["memory_report"] >= 1).astype(f64)  # GiB: "gib" (allocated) and "gib_in_use" (device memory in use)
+    in_use = (x["memory_report"] == codes.MEMORY_REPORT_IN_USE).astype(f64)
     off_opt = (x["offload"] >= 1).astype(f64)
     off_all = (x["offload"] >= 2).astype(f64)
     # Whole-batch switches: the fine-tuning and offload terms are computed only when some row of this call
@@ -804,18 +806,20 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     buffers = K.RUNTIME_RESERVED_BYTES + z3 * (1.0 - once) * zero3_gathered_bytes(p_layer, p_stage,
                                                                                   weight_stage_bytes, prefetch)
     # the peak of the step is that of the forward/backward (activations held) or of the optimizer step (the
-    # activations freed, the step's temporaries allocated), whichever is larger
-    step_temp = (1.0 - off_opt) * adam16 * tw * OPTIMIZER_TEMP_BYTES[1] * opt_params
+    # activations freed, the step's temporaries allocated), whichever is larger; as device memory in use, the
+    # caching allocator's high-water mark (memory.phase_peak_bytes)
+    step_param = (1.0 - off_opt) * adam16 * tw * OPTIMIZER_TEMP_BYTES[1] * opt_params
     # DeepSpeed's ZeRO optimizer (the stacks' DeepSpeed knobs: dp_reduce = reduce_per_rank, zero3_fetch = on_demand)
     # casts the partition's gradients to fp32 for the step (memory.zero_step_grad_bytes)
     ds_zero = (((x["dp_reduce"] >= 1) | (x["zero3_fetch"] == 1)) & (x["optimizer"] == codes.OPTIMIZER_MIXED)
                & (zero >= 1)).astype(f64)
-    step_temp = step_temp + (1.0 - off_opt) * ds_zero * zero_step_grad_bytes(opt_params, 2.0 * tw)
-    total = weights + grads + optim + buffers + np.maximum(act, step_temp)
+    step_flat = (1.0 - off_opt) * ds_zero * zero_step_grad_bytes(opt_params, 2.0 * tw)
+    phase = phase_peak_bytes(act, step_flat, step_param, T, h, in_use)
+    total = weights + grads + optim + buffers + phase
     out.update({
         "mem_weights_bytes": weights, "mem_grads_bytes": grads, "mem_optimizer_bytes": optim,
         "mem_activations_bytes": act, "mem_buffers_bytes": buffers,
-        "mem_step_extra_bytes": np.maximum(step_temp - act, 0.0), "mem_total_bytes": total,
+        "mem_step_extra_bytes": phase - act, "mem_total_bytes": total,
         # in the unit the framework's report calls GB (memory_report): 10^9 bytes, or 2^30 (PyTorch, DeepSpeed)
         "peak_memory_gb": total / pick(gib, 2.0**30, 1e9),
     })
