@@ -553,7 +553,8 @@ def cmd_systems(args: argparse.Namespace) -> int:
     from dse.hardware.catalog import systems
 
     cols = ["generation", "tensor_fp16_tflops", "tensor_fp8_tflops", "tensor_fp4_tflops", "hbm_gb", "hbm_tbps",
-            "scaleup_gpus", "scaleup_gbps", "scaleup_link", "scaleout_gbit", "tdp_w", "power_limit_w"]
+            "scaleup_gpus", "scaleup_gbps", "scaleup_link", "scaleout_gbit", "tdp_w", "power_limit_w",
+            "gemm_rate_factor", "attention_rate_factor"]
     print(systems()[cols].to_string())
     return 0
 
