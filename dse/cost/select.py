@@ -55,3 +55,33 @@ def on_rows(rows: Array, term: Any, like: Array) -> Array:
     if idx.size:
         out[idx] = term(lambda a: a[idx] if np.ndim(a) else a)
     return out
+
+
+class RowsOf(dict):  # type: ignore[type-arg]
+    """The rows ``idx`` of a kernel's column dict, taken column by column when a term first reads one (a term
+    computed on a few rows of a sweep reads a handful of the ~150 columns; taking them all would cost more than
+    the term).  Scalars pass through."""
+
+    def __init__(self, columns: dict[str, Array], idx: Array) -> None:
+        super().__init__()
+        self.columns, self.idx = columns, idx
+
+    def __missing__(self, key: str) -> Array:
+        v = self.columns[key]
+        v = v[self.idx] if np.ndim(v) else v
+        self[key] = v
+        return v
+
+
+def columns_on_rows(rows: Array, term: Any, columns: dict[str, Array], like: Array, n_out: int) -> list[Array]:
+    """:func:`on_rows` for a term of the kernel's column dict that returns ``n_out`` arrays: ``term(cols)``
+    gets the columns on ``rows`` only (:class:`RowsOf`) and its outputs are scattered into zeros shaped as
+    ``like``; every row: ``term(columns)`` as is."""
+    idx = np.flatnonzero(rows)
+    if idx.size == rows.size:
+        return [np.broadcast_to(v, np.shape(like)) for v in term(columns)]
+    outs = [np.zeros_like(like) for _ in range(n_out)]
+    if idx.size:
+        for out, v in zip(outs, term(RowsOf(columns, idx)), strict=True):
+            out[idx] = v
+    return outs

@@ -81,7 +81,7 @@ from dse.cost.inference import (
     stage_layers,
 )
 from dse.cost.network import allreduce_terms, alltoall_time, engine_tp_links, p2p_link, spans_domains
-from dse.cost.select import mask, pick
+from dse.cost.select import columns_on_rows, mask, pick
 from dse.hardware.catalog import HARDWARE_COLUMNS
 
 Array = Any
@@ -189,8 +189,11 @@ def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object],
         good = reason == 0
         # no steady state without memory for one request, or above capacity: only the memory columns stay
         memory = ("weights_bytes", "kv_capacity_requests", "mem_total_bytes")
-        result: dict[str, Array] = {k: np.where(ok if k in memory else good, out[k], np.nan).astype(
-            out_dtype, copy=False) for k in SERVE_METRICS}
+        if good.all():  # every row answered: nothing to blank (the selects below would copy every metric)
+            result: dict[str, Array] = {k: np.require(out[k], out_dtype, ("C", "W")) for k in SERVE_METRICS}
+        else:
+            result = {k: np.where(ok if k in memory else good, out[k], np.nan).astype(out_dtype, copy=False)
+                      for k in SERVE_METRICS}
     result["limit"] = np.where(good, limit, -1).astype(np.int16)
     result["fits"] = good
     result["reason"] = reason.astype(np.int16)
@@ -411,8 +414,13 @@ def expert_parallel_terms(x: dict[str, Array], rec: dict[str, Array], act: Array
         return zero, 1.0 + zero, 1.0 + zero, 1.0 + zero, zero, zero
     on = mask(ep > 1, t)
     k = x["top_k"]
-    per_byte = alltoall_time(1.0, t * 0.0 + 1.0, ep, x) - alltoall_time(0.0, t * 0.0 + 1.0, ep, x)
-    latency = alltoall_time(0.0, t * 0.0 + 1.0, ep, x)
+
+    def alltoall(c: dict[str, Array]) -> tuple[Array, Array]:  # (seconds per byte, α) on the rows with ep > 1
+        one = 0.0 * c["tp"] + 1.0
+        alpha = alltoall_time(0.0, one, c["ep"], c)
+        return alltoall_time(1.0, one, c["ep"], c) - alpha, alpha
+
+    per_byte, latency = columns_on_rows(ep > 1, alltoall, x, t, 2)
     moe = rec["moe_frac"] * on
     token = moe * 2.0 * k * x["hidden"] * act * per_byte / t  # a replica's tokens split over its tp ranks
     share = expert_slots_per_rank(x["experts"], ep) / np.maximum(x["experts"], 1.0)
@@ -669,22 +677,27 @@ def drafter_size(x: dict[str, Array], rec: dict[str, Array]) -> tuple[Array, Arr
     EAGLE head, one dense decoder layer of the model's width and its fusion projection (EAGLE, Li et al. 2024,
     §3; ASSUMPTION: the 2h → h projection of EAGLE-1 and the model's first dense FFN width; EAGLE-3 fuses three
     layers' features, 3h → h).  Each caches K and V for its attention."""
-    on = mask(np.nan_to_num(x["spec_tokens"]) > 0, x["hidden"])
+    spec = np.nan_to_num(x["spec_tokens"]) > 0
+    if not spec.any():  # no row drafts: both 0 (a whole-batch switch, exact)
+        zero = 0.0 * x["hidden"]
+        return zero, zero
+    on = mask(spec, x["hidden"])
     eagle = mask(x["spec_method"] == codes.SPEC_METHOD_EAGLE, x["hidden"])
     mtp = mtp_params(rec, x["hidden"], x["experts"], x["mtp"])
     head = mtp_params(rec, x["hidden"], 0.0 * x["experts"] + 1.0, 1.0 + 0.0 * x["mtp"])
     return on * pick(eagle, head, mtp), on * pick(eagle, 1.0, x["mtp"])
 
 
-def _kv_capacity(x: dict[str, Array], budget: Array, rec: dict[str, Array] | None = None) -> dict[str, Array]:
+def _kv_capacity(x: dict[str, Array], budget: Array, rec: dict[str, Array] | None = None,
+                 wb: Array | None = None) -> dict[str, Array]:
     """Per GPU of a replica: weights, activations of one iteration, the KV budget and how many requests' KV
-    (at the mean context, paged) fit."""
+    (at the mean context, paged) fit; ``wb``: the weight bytes of :func:`_rates` when the caller has them."""
     L, h, V = x["layers"], x["hidden"], x["vocab"]
     t, p = x["tp"], x["pp"]
     s_in, s_out = x["input_len"], x["output_len"]
     E = x["experts"]
     moe = mask(E > 1, E)
-    _, _, _, wb = _rates(x)
+    wb = _rates(x)[3] if wb is None else wb
     rec = layer_record(x) if rec is None else rec
     kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
     frac = np.where(np.isnan(x["kv_memory_fraction"]), DEFAULT_KV_MEMORY_FRACTION, x["kv_memory_fraction"])
@@ -760,7 +773,7 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
     zero = 0.0 * s_in
     # ---- decode pool ----
     rec = layer_record(x)  # the mean layer, tensor-parallel-independent: one record for both pools
-    dec = _kv_capacity(x, np.minimum(budget, batch_cap), rec)
+    dec = _kv_capacity(x, np.minimum(budget, batch_cap), rec, wb)
     c_max = np.maximum(np.minimum(batch_cap, dec["capacity"]), 1.0)
     dec_terms = _iteration_terms(x, rate, act, wb, rec)
     life = np.maximum(dec_terms["decode_len"], 1.0)  # decode steps (fewer with speculative decoding)
@@ -778,7 +791,7 @@ def _serve_disaggregated(x: dict[str, Array]) -> dict[str, Array]:
     pre_terms = _iteration_terms(xp_in, rate_p, act_p, wb_p, rec)
     t_p_max, _, _ = _iteration(pre_terms, xp_max, X_dec=zero)
     cap_p = n_p * xp_max / t_p_max
-    pre_mem = _kv_capacity(xp_in, chunk, rec)
+    pre_mem = _kv_capacity(xp_in, chunk, rec, wb_p)
     # ---- the link between them ----
     nbytes, bw, t_kv = kv_transfer(x)
     cap_link = n_p * bw / nbytes
@@ -864,7 +877,7 @@ def _serve(x: dict[str, Array]) -> dict[str, Array]:
 
     # ---- memory: weights, activations of one iteration's tokens, KV capacity ----------------------------
     rec = layer_record(x)  # the mean layer (dse.cost.architecture), shared by the memory and the iteration
-    mem = _kv_capacity(x, budget, rec)
+    mem = _kv_capacity(x, budget, rec, wb)
     weights, activations, kv_budget = mem["weights"], mem["activations"], mem["kv_budget"]
     pages, kv_token, kv_capacity = mem["pages"], mem["kv_token"], mem["capacity"]
     fits = kv_capacity >= 1.0
