@@ -183,6 +183,30 @@ def test_select_helpers():
     assert list(divides(np.array([3.0, 4.0, 7.0]), np.array([12.0, 10.0, 49.0]))) == [True, False, True]
 
 
+def test_columns_on_rows_equals_the_term_on_every_row():
+    """columns_on_rows computes a term on some rows only: on those rows it equals the term computed on every row,
+    elsewhere 0; the lazy view (RowsOf) takes only the columns the term reads, and passes scalars."""
+    from dse.cost.select import RowsOf, columns_on_rows
+
+    cols = {"a": np.array([1.0, 2.0, 3.0, 4.0]), "b": np.array([10.0, 20.0, 30.0, 40.0]), "unread": np.zeros(4),
+            "s": 5.0}
+
+    def term(c):
+        return c["a"] * c["b"] + c["s"], c["a"] - 1.0
+
+    rows = np.array([False, True, False, True])
+    full = term(cols)
+    got = columns_on_rows(rows, term, cols, cols["a"], 2)
+    for g, f in zip(got, full, strict=True):
+        np.testing.assert_array_equal(g, np.where(rows, f, 0.0))
+    every = columns_on_rows(np.ones(4, dtype=bool), term, cols, cols["a"], 2)
+    for g, f in zip(every, full, strict=True):
+        np.testing.assert_array_equal(g, f)
+    view = RowsOf(cols, np.flatnonzero(rows))
+    term(view)
+    assert set(view) == {"a", "b", "s"}  # "unread" was never taken
+
+
 def test_ring_latency_counts_nccl_hops():
     """NCCL's tuning model (Ring/Simple): base 8.4 µs, 3.4 µs per step inside a scale-up domain, 9.6 µs per step
     between domains.  1536 ranks in 192 domains of 8: 1344 NVLink steps and 191 network steps."""

@@ -1027,3 +1027,23 @@ def test_tensorrt_llm_1_0_dense_runs_meet_issue_22s_held_back_target():
               for r in validate_file(cases / name) if r.error_pct is not None]
     assert len(errors) == 146
     assert sum(errors) / len(errors) <= 8.0
+
+
+def test_answered_rows_give_writeable_metrics_equal_to_a_mixed_call():
+    """When every row is answered, serve_step skips the blanking selects: its metrics are still fresh writeable
+    arrays (a caller may fill them in place), and each row's values are those of the same row evaluated among rows
+    that are not all answered (a row's values do not depend on the other rows)."""
+    from dse.bench.kernels import DTYPE, _answered_only, random_serve_configs
+    from dse.cost.serving import SERVE_METRICS, serve_step
+    from dse.hardware import catalog as hwcat
+
+    x, systems = random_serve_configs(3000, seed=5)
+    good, good_sys = _answered_only(x, systems, serve_step, 400)
+    mixed = {k: np.concatenate([good[k], x[k][:200]]) for k in x}
+    mixed_sys = np.concatenate([good_sys, systems[:200]])
+    out = serve_step(good, hwcat.hardware_columns(good_sys, dtype=DTYPE), out_dtype=DTYPE)
+    ref = serve_step(mixed, hwcat.hardware_columns(mixed_sys, dtype=DTYPE), out_dtype=DTYPE)
+    assert out["fits"].all() and not ref["fits"].all()
+    for k in SERVE_METRICS:
+        assert out[k].flags.writeable and out[k].shape == (400,), k
+        np.testing.assert_array_equal(out[k], ref[k][:400], err_msg=k)
