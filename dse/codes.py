@@ -127,6 +127,12 @@ ADAPTER_PRECISION: tuple[str, ...] = ("16bit", "fp32")
 #: (deepspeed/runtime/zero/stage_1_and_2.py, v0.9-0.12), buckets of hidden² elements (HF Transformers' "auto"
 #: reduce_bucket_size, transformers/integrations/deepspeed.py) — thousands of small collectives per step.
 DP_REDUCE: tuple[str, ...] = ("reduce_scatter", "reduce_per_rank")
+#: How ZeRO-3 all-gathers a parameter and reduce-scatters its gradient: on one contiguous buffer (NCCL's collective
+#: on a flat tensor: FSDP, ``all_gather_into_tensor``, DeepSpeed from v0.5), or over a list of one tensor per rank
+#: (DeepSpeed v0.3's ``torch.distributed.all_gather(partitions, ...)`` / ``reduce_scatter(out, input_list)``), which
+#: PyTorch's ProcessGroupNCCL runs through a flat copy: one ``copy_`` per rank after the all-gather and before the
+#: reduce-scatter (:data:`dse.cost.constants.C10D_RANK_COPY_S`).
+ZERO3_COLLECTIVES: tuple[str, ...] = ("flat", "rank_lists")
 #: What a framework's memory report reads and the unit it calls "GB": allocated memory in 10^9 bytes, or in 2^30
 #: (PyTorch's and DeepSpeed's memory printouts divide by 1024^3 and print "GB"), or the device memory in use in
 #: 2^30 (``torch.cuda.mem_get_info`` total − free: the caching allocator's reserve included;

@@ -92,7 +92,8 @@ TRAIN_KNOBS: dict[str, tuple[str, ...]] = {
     "dp_overlap": ("0", "1"), "pp_overlap": ("0", "1"), "sp": ("0", "1"), "zero": ("0", "1", "2", "3"),
     "zero3_fetch": codes.ZERO3_FETCH, "kernels": codes.KERNELS, "optimizer": codes.OPTIMIZER,
     "memory_report": codes.MEMORY_REPORT, "adapter_precision": codes.ADAPTER_PRECISION, "dp_reduce": codes.DP_REDUCE,
-    "zero_with_pp": codes.ZERO_WITH_PP, "cp_exchange": codes.CP_EXCHANGE, "moe_gemm": codes.MOE_GEMM,
+    "zero3_collectives": codes.ZERO3_COLLECTIVES, "zero_with_pp": codes.ZERO_WITH_PP, "cp_exchange": codes.CP_EXCHANGE,
+    "moe_gemm": codes.MOE_GEMM,
     "ep_dispatch": codes.EP_DISPATCH,
     "pipeline_split": codes.PIPELINE_SPLIT,
 }

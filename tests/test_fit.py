@@ -74,6 +74,14 @@ def test_moe_host_constant_is_the_fit_optimum():
     assert_case_fit_optimum(MOE_FILES, MOE_PARAMETERS)
 
 
+def test_rank_copy_constant_is_the_fit_optimum():
+    """C10D_RANK_COPY_S is the least-squares optimum on Narayanan et al. 2021's ZeRO-3 runs kept in tests/cases
+    (their sources in the file)."""
+    from dse.validation.fit import ZERO3_FILES, ZERO3_PARAMETERS
+
+    assert_case_fit_optimum(ZERO3_FILES, ZERO3_PARAMETERS)
+
+
 def test_engine_allreduce_constants_are_the_kernel_fit():
     """infer_allreduce_eff and infer_allreduce_latency_us in efficiency.csv are the least-squares fit of
     t = α + S·2(n−1)/n / busbw to TensorRT-LLM's measured custom all-reduce kernels (tests/kernels/

@@ -111,7 +111,7 @@ def configs(draw):
         "layers_last_stage": np.nan, "doc_len": np.nan,
         "kernels": draw(st.sampled_from([0, 0, 1])), "optimizer": draw(st.sampled_from([0, 0, 1, 2, 3])),
         "memory_report": draw(st.integers(0, 1)), "adapter_precision": draw(st.integers(0, 1)),
-        "dp_reduce": draw(st.integers(0, 1)),
+        "dp_reduce": draw(st.integers(0, 1)), "zero3_collectives": draw(st.integers(0, 1)),
     }
     system = SYSTEMS.index(draw(st.sampled_from(["a100-sxm-80gb", "h100-sxm-80gb", "b200", "gb200-nvl72"])))
     return x, system
@@ -571,7 +571,8 @@ def test_megatron_bridge_fused_grouped_mlp_rows_are_the_recipes_that_set_it():
     late = release.isin(["26.06", "26.06.01", "26.08"])
     blackwell_nvl = cases["system"].isin(["gb300-nvl72", "gb200-nvl72"])
     b300_qwen30 = (cases["system"] == "b300") & (cases["model"] == "qwen3-30b-a3b") & (release == "26.06")
-    expected = late & cases["case"].str.contains("mxfp8") & (cases["model"] != "kimi-k2") & (blackwell_nvl | b300_qwen30)
+    expected = (late & cases["case"].str.contains("mxfp8") & (cases["model"] != "kimi-k2")
+                & (blackwell_nvl | b300_qwen30))
     grouped = cases["moe_gemm"].fillna("") == "grouped"
     assert grouped.sum() == 26
     assert (grouped == expected).all(), cases.loc[grouped != expected, "case"].tolist()
@@ -634,3 +635,28 @@ def test_overlap_cost_makes_recomputation_pay_at_batch_size_one():
     out = dse.evaluate(pd.DataFrame([{**row, "recompute": r} for r in ("none", "full")]))
     none, full = out["tokens_per_s_per_gpu"]
     assert 0.9 < full / none < 1.0
+
+
+def test_rank_list_collectives_add_a_cost_per_rank_and_collective():
+    """zero3_collectives = rank_lists (DeepSpeed v0.3's list all-gather / reduce-scatter, which PyTorch's
+    ProcessGroupNCCL runs with one copy per rank) adds n · C10D_RANK_COPY_S to every ZeRO-3 collective: at one
+    micro-batch per GPU the extra step time over flat collectives doubles with the ranks, and it is zero without
+    ZeRO-3."""
+    import pandas as pd
+
+    import dse
+    from dse.cost import constants as K
+
+    row = {"model": "gpt3-175b", "system": "a100-sxm-80gb", "tp": 1, "pp": 1, "seq_len": 2048, "micro_batch": 1,
+           "zero": 3, "precision": "fp16", "zero3_fetch": "on_demand", "recompute": "full", "attention": "standard"}
+    rows = [{**row, "dp": n, "gpus": n, "global_batch": n, "zero3_collectives": kind}
+            for n in (384, 768) for kind in ("flat", "rank_lists")]
+    rows += [{**row, "zero": 1, "dp": 384, "gpus": 384, "global_batch": 384, "zero3_collectives": kind}
+             for kind in ("flat", "rank_lists")]
+    t = dse.evaluate(pd.DataFrame(rows))["step_time_s"].to_numpy()
+    extra_384, extra_768 = t[1] - t[0], t[3] - t[2]
+    assert extra_384 > 0
+    assert extra_768 == pytest.approx(2.0 * extra_384, rel=1e-3)
+    # per collective n · C10D_RANK_COPY_S: thousands of per-tensor collectives per step of a 96-layer model
+    assert 1000 < extra_384 / (384 * K.C10D_RANK_COPY_S) < 10000
+    assert t[5] == t[4]  # ZeRO-1: no ZeRO-3 collective

@@ -130,6 +130,14 @@ DEEPSPEED_MAX_LIVE_PARAMETERS = 1e9
 #: pp_int(1e9)); ZeRO-3's time uses it (dse.cost.training.zero3_reused_share, zero3_regathered_share).
 DEEPSPEED_MAX_REUSE_DISTANCE = 1e9
 
+#: Host time of one per-rank copy of a list-based ZeRO-3 collective (dse.cost.training.rank_list_copy_time): the
+#: ``copy_`` PyTorch's ProcessGroupNCCL issues for each rank's slice of a list all-gather or reduce-scatter (an ATen
+#: copy dispatched from C++ and a device-to-device cudaMemcpyAsync of a few hundred kB: launch-bound).  FITTED
+#: (python -m dse.validation.fit, group "zero3") on tests/cases/narayanan2021_table2_zero3.csv (Narayanan et al.
+#: 2021 Table 2, DeepSpeed ZeRO-3 on 384-2240 A100s: its step time stays flat or grows when the GPUs double at a
+#: fixed global batch, one micro-batch per GPU, so a cost per collective grows with the ranks).
+C10D_RANK_COPY_S = 4.94e-6
+
 #: Host time per local routed expert, MoE layer and micro-batch (forward + backward) of Megatron-core with
 #: Transformer Engine: the dropless dispatcher's device-to-host sync of the tokens per expert, then TE's
 #: GroupedLinear launching each local expert's GEMMs, casts and transposes one by one (the CPU's launches,

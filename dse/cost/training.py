@@ -116,7 +116,7 @@ TRAIN_INPUTS: tuple[str, ...] = (
     "seq_len", "recompute", "zero", "precision", "attention", "tp_overlap", "dp_overlap", "pp_overlap",
     "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch", "pipeline_split", "layers_first_stage",
     "layers_last_stage", "doc_len", "kernels", "optimizer", "memory_report", "adapter_precision", "dp_reduce",
-    "zero_with_pp", "cp_exchange", "moe_gemm", "ep_dispatch",
+    "zero_with_pp", "cp_exchange", "moe_gemm", "ep_dispatch", "zero3_collectives",
     *ARCHITECTURE_COLUMNS, "etp", "moe_imbalance",
 )
 
@@ -272,6 +272,22 @@ def zero3_regathered_share(p_layer: Array) -> Array:
     it after 2·P; parameters farther than ``stage3_max_reuse_distance`` (R) are released and gathered again, a
     share 1 - R/(2·layer) of the layer (none while the layer holds under R/2 parameters: Llama-2 7B/13B)."""
     return np.clip(1.0 - K.DEEPSPEED_MAX_REUSE_DISTANCE / (2.0 * np.maximum(p_layer, 1.0)), 0.0, 1.0)
+
+
+def rank_list_copy_time(ranks: Array, rank_lists: Array) -> Array:
+    """Seconds a ZeRO-3 collective over a list of one tensor per rank adds (``zero3_collectives = rank_lists``):
+    n · C10D_RANK_COPY_S for n ranks.
+
+    DeepSpeed v0.3 gathers each parameter with ``torch.distributed.all_gather(partitions, partitions[rank])``,
+    ``partitions`` being n views of one flat buffer, and reduce-scatters each gradient with
+    ``torch.distributed.reduce_scatter(out, input_list)`` over n slices (microsoft/DeepSpeed v0.3.16
+    deepspeed/runtime/zero/partition_parameters.py ``_allgather_param``, ``_reduce_scatter_gradient``).  PyTorch's
+    ProcessGroupNCCL of that time runs a list through a flat copy (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp
+    ``allgather``: NCCL into ``outputFlattened``, then ``outputTensors[i][j].copy_(outputFlattened[i][j], true)``
+    for each of the n ranks; ``reduce_scatter``: ``flatten_for_scatter_gather`` and a copy of each input in): n
+    small copies issued one by one from the host on every collective, a cost that grows with the ranks at a fixed
+    size per GPU.  Flat collectives (FSDP, ``all_gather_into_tensor``, DeepSpeed from v0.5) have none."""
+    return rank_lists * ranks * K.C10D_RANK_COPY_S
 
 
 def gather_once_bytes(stage_params: Array, dp_shards: Array, reduce_bytes: Array = 4.0) -> tuple[Array, Array]:
@@ -662,7 +678,8 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
         per_layer = per_layer + (1.0 - prefetch) * peft * (1.0 - kept) * 2.0 * adapted_modules(x["lora_targets"],
                                                                                               n_mlp)
     # each fetch also pays the framework's own cost on demand (DeepSpeed's partitioned-parameter coordinator)
-    fetch_latency = ring_latency(t, dpc, D) + (1.0 - prefetch) * K.ZERO3_FETCH_OVERHEAD_S
+    fetch_latency = (ring_latency(t, dpc, D) + (1.0 - prefetch) * K.ZERO3_FETCH_OVERHEAD_S
+                     + rank_list_copy_time(dpc, (x["zero3_collectives"] >= 1).astype(f64)))
     z3_latency = z3 * (passes + 1.0) * per_layer * lps * fetch_latency
     gathers = passes * weight_gather + z3_latency
     # ZeRO-3 weight gathers hide under compute only when prefetched (zero3_fetch = prefetch); fetched on demand

@@ -12,7 +12,8 @@ that a file with many rows does not drown a small one.  Minimised by Nelder–Me
 separately for the training, the inference, the serving and the commodity-server constants (global module
 constants of the host, eager-kernel, DeepSpeed-fetch and bitsandbytes terms, fitted on the Zhang et al. 2023 file).
 One group fits on published runs this repository keeps in ``tests/cases`` (no shared file constrains it): the
-Megatron-core MoE host time (``python -m dse.validation.fit tests/cases/*.csv``); the efficiency constants fitted
+Megatron-core MoE host time and the per-rank copies of DeepSpeed v0.3's list-based ZeRO-3 collectives
+(``python -m dse.validation.fit tests/cases/*.csv``); the efficiency constants fitted
 on such runs come from ``dse calibrate --params`` instead.  A test re-runs each fit and checks the shipped
 constants match it.
 """
@@ -71,21 +72,26 @@ GLOBAL_CONSTANTS: dict[str, str] = {"HOST_STAGED_EFFICIENCY": "dse.hardware.cata
                                     "EAGER_KERNEL_S": "dse.cost.constants",
                                     "ZERO3_FETCH_OVERHEAD_S": "dse.cost.constants",
                                     "QLORA_DEQUANT_EFFICIENCY": "dse.cost.constants",
-                                    "MOE_HOST_S_PER_LOCAL_EXPERT": "dse.cost.constants"}
+                                    "MOE_HOST_S_PER_LOCAL_EXPERT": "dse.cost.constants",
+                                    "C10D_RANK_COPY_S": "dse.cost.constants"}
 #: The per-layer overhead of a decode pass replayed from a CUDA graph, fitted on the only shared file whose engine
 #: runs under CUDA graphs (NIM 1.8, TensorRT-LLM engine).
 GRAPHS_PARAMETERS: tuple[tuple[str, str], ...] = (("hopper", "layer_overhead_graphs_us"),)
 #: The host time per local expert of Megatron-core's MoE layers, fitted on the Megatron-Bridge MoE runs this
 #: repository keeps (tests/cases, with their sources): no shared file trains a mixture-of-experts model.
 MOE_PARAMETERS: tuple[tuple[str, str], ...] = (("global", "MOE_HOST_S_PER_LOCAL_EXPERT"),)
+#: The host time per rank of DeepSpeed v0.3's list-based ZeRO-3 collectives, fitted on Narayanan et al. 2021's
+#: ZeRO-3 runs this repository keeps (tests/cases): no shared file runs ZeRO-3 beyond one 8-GPU server.
+ZERO3_PARAMETERS: tuple[tuple[str, str], ...] = (("global", "C10D_RANK_COPY_S"),)
 FITTED_PARAMETERS = (TRAINING_PARAMETERS + INFERENCE_PARAMETERS + SERVING_PARAMETERS + COMMODITY_PARAMETERS
-                     + GRAPHS_PARAMETERS + MOE_PARAMETERS)
+                     + GRAPHS_PARAMETERS + MOE_PARAMETERS + ZERO3_PARAMETERS)
 TRAINING_FILES = ("megatron_narayanan2021_table1.csv", "megatron_korthikanti2022_table4.csv", "nemo_h100_24.07.csv")
 COMMODITY_FILES = ("zhang2023_train_bs1_lora7b.csv",)
 GRAPHS_FILES = ("nim_1.8.0_concurrency_h100.csv",)
 INFERENCE_FILES = ("llama2_inference_a100.csv", "trtllm_0.9.0_a100_h100.csv")
 SERVING_FILES = ("trtllm_0.10.0_serve_a100_h100.csv",)
 MOE_FILES = ("megatron_bridge_moe_train.csv",)
+ZERO3_FILES = ("narayanan2021_table2_zero3.csv",)
 
 
 def default_assumptions_path() -> Path:
@@ -315,7 +321,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     assumptions = load_assumptions(args.assume)
     for names, params in ((TRAINING_FILES, TRAINING_PARAMETERS), (INFERENCE_FILES, INFERENCE_PARAMETERS),
                           (SERVING_FILES, SERVING_PARAMETERS), (COMMODITY_FILES, COMMODITY_PARAMETERS),
-                          (GRAPHS_FILES, GRAPHS_PARAMETERS), (MOE_FILES, MOE_PARAMETERS)):
+                          (GRAPHS_FILES, GRAPHS_PARAMETERS), (MOE_FILES, MOE_PARAMETERS),
+                          (ZERO3_FILES, ZERO3_PARAMETERS)):
         files = [f for f in args.files if Path(f).name in names]
         if not files:
             continue
