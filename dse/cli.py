@@ -41,6 +41,7 @@ EXPLAIN_OPTIONS: dict[str, str] = {
     "tied_embeddings": "0|1",
     "finetune": "full|lora|qlora", "lora_rank": "int", "lora_targets": "all|attention|qv",
     "offload": "none|optimizer|all", "zero3_fetch": "prefetch|on_demand", "zero_with_pp": "refuse|gather_once",
+    "zero3_collectives": "flat|rank_lists (ZeRO-3 collectives on one buffer, or on a list of one tensor per rank)",
     "optimizer": "|".join(codes.OPTIMIZER) + " (train: what the optimizer keeps per parameter)",
     "cp_exchange": "ring|allgather", "moe_gemm": "per_expert|grouped",
     "ep_dispatch": "alltoall|deepep",
