@@ -128,7 +128,7 @@ ADAPTER_PRECISION: tuple[str, ...] = ("16bit", "fp32")
 #: reduce_bucket_size, transformers/integrations/deepspeed.py) — thousands of small collectives per step.
 DP_REDUCE: tuple[str, ...] = ("reduce_scatter", "reduce_per_rank")
 #: How ZeRO-3 all-gathers a parameter and reduce-scatters its gradient: on one contiguous buffer (NCCL's collective
-#: on a flat tensor: FSDP, ``all_gather_into_tensor``, DeepSpeed from v0.5), or over a list of one tensor per rank
+#: on a flat tensor: FSDP, ``all_gather_into_tensor``, DeepSpeed from v0.5.5), or over a list of one tensor per rank
 #: (DeepSpeed v0.3's ``torch.distributed.all_gather(partitions, ...)`` / ``reduce_scatter(out, input_list)``), which
 #: PyTorch's ProcessGroupNCCL runs through a flat copy: one ``copy_`` per rank after the all-gather and before the
 #: reduce-scatter (:data:`dse.cost.constants.C10D_RANK_COPY_S`).

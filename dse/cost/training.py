@@ -286,7 +286,7 @@ def rank_list_copy_time(ranks: Array, rank_lists: Array) -> Array:
     ``allgather``: NCCL into ``outputFlattened``, then ``outputTensors[i][j].copy_(outputFlattened[i][j], true)``
     for each of the n ranks; ``reduce_scatter``: ``flatten_for_scatter_gather`` and a copy of each input in): n
     small copies issued one by one from the host on every collective, a cost that grows with the ranks at a fixed
-    size per GPU.  Flat collectives (FSDP, ``all_gather_into_tensor``, DeepSpeed from v0.5) have none."""
+    size per GPU.  Flat collectives (FSDP, ``all_gather_into_tensor``, DeepSpeed from v0.5.5) have none."""
     return rank_lists * ranks * K.C10D_RANK_COPY_S
 
 
