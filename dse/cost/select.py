@@ -48,13 +48,21 @@ def on_rows(rows: Array, term: Any, like: Array) -> Array:
     """A term that is 0 outside ``rows`` (a boolean mask), computed on those rows only and scattered into zeros
     shaped as ``like``: a sweep mixes models, and the terms of one architecture (routed experts, MLA) need not
     run on the others.  ``term(sub)`` gets ``sub``, which takes the rows of an array and passes scalars."""
+    return _scatter_rows(rows, lambda idx: (term(lambda a: a) if idx is None
+                                             else term(lambda a: a[idx] if np.ndim(a) else a),), like, 1)[0]
+
+
+def _scatter_rows(rows: Array, term: Any, like: Array, n_out: int) -> list[Array]:
+    """The shared body of :func:`on_rows` and :func:`columns_on_rows`: ``term(idx)`` returns ``n_out`` arrays on
+    the rows ``idx`` (``None``: every row, returned as they are); they are scattered into zeros shaped as ``like``."""
     idx = np.flatnonzero(rows)
     if idx.size == rows.size:
-        return term(lambda a: a)
-    out = np.zeros_like(like)
+        return list(term(None))
+    outs = [np.zeros_like(like) for _ in range(n_out)]
     if idx.size:
-        out[idx] = term(lambda a: a[idx] if np.ndim(a) else a)
-    return out
+        for out, v in zip(outs, term(idx), strict=True):
+            out[idx] = v
+    return outs
 
 
 class RowsOf(dict):  # type: ignore[type-arg]
@@ -77,11 +85,5 @@ def columns_on_rows(rows: Array, term: Any, columns: dict[str, Array], like: Arr
     """:func:`on_rows` for a term of the kernel's column dict that returns ``n_out`` arrays: ``term(cols)``
     gets the columns on ``rows`` only (:class:`RowsOf`) and its outputs are scattered into zeros shaped as
     ``like``; every row: ``term(columns)`` as is."""
-    idx = np.flatnonzero(rows)
-    if idx.size == rows.size:
-        return [np.broadcast_to(v, np.shape(like)) for v in term(columns)]
-    outs = [np.zeros_like(like) for _ in range(n_out)]
-    if idx.size:
-        for out, v in zip(outs, term(RowsOf(columns, idx)), strict=True):
-            out[idx] = v
-    return outs
+    outs = _scatter_rows(rows, lambda idx: term(columns if idx is None else RowsOf(columns, idx)), like, n_out)
+    return [np.broadcast_to(v, np.shape(like)) for v in outs]
