@@ -43,7 +43,12 @@ EXPLAIN_OPTIONS: dict[str, str] = {
     "offload": "none|optimizer|all", "zero3_fetch": "prefetch|on_demand", "zero_with_pp": "refuse|gather_once",
     "zero3_collectives": "flat|rank_lists (ZeRO-3 collectives on one buffer, or on a list of one tensor per rank)",
     "optimizer": "|".join(codes.OPTIMIZER) + " (train: what the optimizer keeps per parameter)",
+    "kernels": "|".join(codes.KERNELS) + " (train: fused kernels, or eager HF modules, one kernel per op)",
+    "memory_report": "|".join(codes.MEMORY_REPORT) + " (train: the unit and counter of peak_memory_gb)",
+    "adapter_precision": "|".join(codes.ADAPTER_PRECISION) + " (train: the LoRA adapters' dtype)",
+    "dp_reduce": "|".join(codes.DP_REDUCE) + " (train: ZeRO-1/2 gradient reduction)",
     "cp_exchange": "ring|allgather", "moe_gemm": "per_expert|grouped",
+    "moe_imbalance": "number >= 1 (train: the busiest expert GPU's routed tokens over the mean; empty: 1)",
     "ep_dispatch": "alltoall|deepep",
     "pipeline_split": "even|embedding_loss", "layers_first_stage": "int", "layers_last_stage": "int",
     "doc_len": "int (mean document length of packed sequences)",
@@ -65,7 +70,7 @@ EXPLAIN_OPTIONS: dict[str, str] = {
 
 
 #: ``dse explain`` options that take a real number (the rest of the numeric ones take integers).
-REAL_OPTIONS = ("request_rate", "think_time_s", "spec_acceptance")
+REAL_OPTIONS = ("request_rate", "think_time_s", "spec_acceptance", "moe_imbalance")
 
 
 #: Exit status after Ctrl-C (128 + SIGINT), when the reader of the output went away (128 + SIGPIPE), and after

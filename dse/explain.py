@@ -214,6 +214,8 @@ def format_explain(row: pd.Series) -> str:
         + (f"; finetune={row['finetune']} lora_rank={int(row['lora_rank'])} lora_targets={row['lora_targets']}"
            if row.get("finetune", "full") != "full" else "")
         + (f"; offload={row['offload']}" if row.get("offload", "none") != "none" else "")
+        + (f"; moe_imbalance={float(row['moe_imbalance']):g}"
+           if int(row["experts"]) > 1 and float(row.get("moe_imbalance", 1.0)) != 1.0 else "")
         + (f"; stack={row['stack']}" if isinstance(row.get("stack"), str) and row.get("stack") else ""))
     if int(row["pp"]) > 1:
         lines.append(stage_split_text(row))

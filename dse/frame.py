@@ -407,8 +407,13 @@ def evaluate_train(frame: pd.DataFrame, source: str = "<frame>",
     if with_inputs:
         hbm = {"hbm_bytes": hwcat.hardware_table(overrides)["hbm_bytes"][sys_codes]}
         out = _inputs_beside(out, x, sys_codes, hbm, CATEGORICAL, integers=True,
-                             nullable=("layers_first_stage", "layers_last_stage", "doc_len"), only=with_inputs)
+                             nullable=("layers_first_stage", "layers_last_stage", "doc_len"), only=with_inputs,
+                             reals=TRAIN_REAL_INPUTS)
     return out
+
+
+#: Training inputs that take real values (the others are integers or codes): shown as given, not as int64.
+TRAIN_REAL_INPUTS = ("moe_imbalance",)
 
 
 #: Rows per kernel call when a table is evaluated: a tile's temporaries (about 1,000 numpy arrays of the tile's
@@ -537,11 +542,13 @@ INFERENCE_VOCABULARIES = {"mlp": codes.MLP, "precision": codes.PRECISION, "kv_pr
 
 def _inputs_beside(out: pd.DataFrame, x: Mapping[str, np.ndarray], sys_codes: np.ndarray,
                    hw: Mapping[str, np.ndarray], vocabularies: Mapping[str, tuple[str, ...]], integers: bool,
-                   nullable: tuple[str, ...] = (), only: bool | Container[str] = True) -> pd.DataFrame:
+                   nullable: tuple[str, ...] = (), only: bool | Container[str] = True,
+                   reals: tuple[str, ...] = ()) -> pd.DataFrame:
     """The resolved inputs (``system`` first, categorical codes decoded back to names by ``vocabularies``, the
     GPU's ``hbm_bytes`` last) then ``out``, for display and audit.  With ``integers`` the numeric inputs are
-    int64 (``nullable`` ones Int64: empty means "from the split" or "not packed"); without, as computed (the
-    serving model's inputs may be empty or fractional)."""
+    int64 (``nullable`` ones Int64: empty means "from the split" or "not packed"; ``reals``, real-valued inputs
+    such as ``moe_imbalance``, stay float64); without, as computed (the serving model's inputs may be empty or
+    fractional)."""
     wanted = (lambda k: True) if only is True or only is False else (lambda k: k in only)  # noqa: E731
     columns: dict[str, Any] = {}
     if wanted("system"):
@@ -558,6 +565,8 @@ def _inputs_beside(out: pd.DataFrame, x: Mapping[str, np.ndarray], sys_codes: np
         elif k in nullable:
             columns[k] = (pd.arrays.IntegerArray(np.zeros(len(v), dtype=np.int64), np.ones(len(v), dtype=bool))
                           if constant and np.isnan(v[0]) else pd.array(np.asarray(v, dtype=np.float64), dtype="Int64"))
+        elif k in reals:
+            columns[k] = np.asarray(v, dtype=np.float64) if not constant else np.full(len(v), v[0], dtype=np.float64)
         elif constant:
             columns[k] = np.full(len(v), v[0], dtype=np.int64 if integers else np.asarray(v).dtype)
         else:

@@ -744,3 +744,49 @@ def test_help_names_every_task(capsys):
     text = " ".join(capsys.readouterr().out.split())
     for word in ("training", "fine-tuning", "inference", "serving"):
         assert word in text, word
+
+
+def test_explain_takes_every_training_knob_a_table_takes():
+    """A knob a case file or dse.evaluate accepts (frame.OPTIONAL_KNOBS) can be given to explain too, so that a
+    row copied from a case file explains as it validates (decode_kv_reads is an inference knob, set per stack)."""
+    from dse.frame import OPTIONAL_KNOBS
+
+    assert [k for k in OPTIONAL_KNOBS if k not in EXPLAIN_OPTIONS] == ["decode_kv_reads"]
+
+
+def test_explain_of_a_case_row_equals_its_validated_prediction(capsys, tmp_path):
+    """The torchtitan 8B CP-8 case (kernels, cp_exchange from its stack, recorded columns left out): explain -f
+    on its cells gives the step that dse validate predicts for it."""
+    import yaml
+
+    from dse.validation.validate import RECORDED_COLUMNS
+
+    path = REPO / "tests" / "cases" / "torchtitan_2024-12_h100.csv"
+    _, rows = read_rows(path)
+    row = next(r for r in rows if r["case"] == "titan-2024.12-h100-8b-8g-fsdp1-cp8-tps")
+    keep = {k: v for k, v in row.items() if v != "" and k not in ("case", "metric", "measured", "source",
+                                                                 *RECORDED_COLUMNS)}
+    cfg = tmp_path / "row.yaml"
+    cfg.write_text(yaml.safe_dump(keep), encoding="utf-8")
+    payload = _explain_json(capsys, "explain", "-f", str(cfg))
+    code, out, err = run(capsys, "validate", str(path), "--json")
+    assert code == 0, err
+    case = next(c for c in json.loads(out)["cases"] if c["case"] == row["case"])
+    tokens = payload["configuration"]["tokens_per_s_per_gpu"]
+    assert math.isclose(tokens, case["predicted"], rel_tol=1e-4)
+
+
+def test_explain_echoes_a_fractional_moe_imbalance(capsys):
+    """moe_imbalance is a real input: the configuration shows 1.3 as given (it was once cast to the integer 1),
+    and the text names it beside the layout; 1.3 slows the MoE step against balanced routing."""
+    argv = ("explain", "--model", "mixtral-8x7b", "--system", "h100-sxm-80gb", "--gpus", "64", "--tp", "2",
+            "--ep", "8", "--global-batch", "512", "--seq-len", "4096")
+    skewed = _explain_json(capsys, *argv, "--moe-imbalance", "1.3")
+    balanced = _explain_json(capsys, *argv)
+    assert skewed["configuration"]["moe_imbalance"] == 1.3
+    assert balanced["configuration"]["moe_imbalance"] == 1.0
+    assert skewed["configuration"]["step_time_s"] > balanced["configuration"]["step_time_s"]
+    code, out, _ = run(capsys, *argv, "--moe-imbalance", "1.3")
+    assert code == 0 and "moe_imbalance=1.3" in out
+    code, _, err = run(capsys, *argv, "--moe-imbalance", "0.5")
+    assert code == 2 and "'moe_imbalance'" in error_line(err, "explain")
