@@ -363,8 +363,19 @@ def expert_width_text(row: pd.Series) -> str:
     moe_f = float(row["moe_ffn_hidden"]) if _given(row.get("moe_ffn_hidden")) else 0.0
     width = (moe_f if moe_f > 0 else float(row["ffn_hidden"])) / float(row["tp"])
     w = float(expert_width_efficiency(np.array([width]))[0])
+    ep = float(row["ep"]) if _given(row.get("ep")) else 1.0
+    if _given(row.get("moe_imbalance")):
+        skew, why = float(row["moe_imbalance"]), "moe_imbalance as given"
+    else:
+        from dse.hardware import catalog as hwcat
+
+        code = hwcat.system_names().index(str(row["system"]))
+        table = hwcat.hardware_table()
+        skew = float(table["moe_routing_skew"][code] + table["moe_routing_skew_per_doubling"][code] * np.log2(ep))
+        why = f"the GPU's measured routing skew at ep {ep:.0f}"
     return (f"    routed experts {width:.0f} wide per GPU: grouped GEMMs at {w:.2f} of their rate "
-            "(dse.cost.inference.expert_width_efficiency)")
+            "(dse.cost.inference.expert_width_efficiency)\n"
+            f"    routed GEMMs x {skew:.2f} for uneven routing ({why}; dse.cost.inference.routing_skew)")
 
 
 def format_explain_serve(row: pd.Series) -> str:

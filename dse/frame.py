@@ -412,7 +412,7 @@ def evaluate_train(frame: pd.DataFrame, source: str = "<frame>",
     return out
 
 
-#: Training inputs that take real values (the others are integers or codes): shown as given, not as int64.
+#: Inputs that take real values (the others are integers or codes): shown as given (or empty), not as int64.
 TRAIN_REAL_INPUTS = ("moe_imbalance",)
 
 
@@ -487,6 +487,8 @@ def infer_inputs(frame: pd.DataFrame, source: str = "<frame>", task: str = "infe
     for k in ("kv_heads", "ffn_hidden", "experts", "top_k", "pp", "dp", "gpus", "tied_embeddings"):
         x[k] = _integers(frame, k, source)
     architecture_inputs(frame, x, source)
+    # empty: the GPU generation's measured routing skew (dse.cost.inference.routing_skew)
+    x["moe_imbalance"] = _at_least_one(frame, "moe_imbalance", source)
     for key in ("mlp", "precision"):
         x[key] = _categorical(frame, key, source)
     raw = frame["kv_precision"] if "kv_precision" in frame.columns else pd.Series(np.nan, index=frame.index,
@@ -524,7 +526,8 @@ def evaluate_infer(frame: pd.DataFrame, source: str = "<frame>",
     out["infeasible_reason"] = pd.Categorical.from_codes(res["reason"].astype(np.int64),
                                                          categories=pd.Index(codes.REASONS))
     if with_inputs:
-        out = _inputs_beside(out, x, sys_codes, hw, INFERENCE_VOCABULARIES, integers=True, only=with_inputs)
+        out = _inputs_beside(out, x, sys_codes, hw, INFERENCE_VOCABULARIES, integers=True, only=with_inputs,
+                             reals=TRAIN_REAL_INPUTS)
     return out
 
 

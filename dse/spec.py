@@ -73,7 +73,7 @@ INFER_INT_AXES: dict[str, tuple[int, int | None]] = {
     "output_len": (1, None),
 }
 INFER_CAT_AXES: dict[str, tuple[str, ...]] = {"precision": PRECISION, "kv_precision": KV_PRECISION}
-INFER_GRID_KEYS = ("model", "system", *INFER_INT_AXES, *INFER_CAT_AXES)
+INFER_GRID_KEYS = ("model", "system", *INFER_INT_AXES, "moe_imbalance", *INFER_CAT_AXES)
 INFER_REQUIRED_GRID_KEYS = ("model", "system", "batch", "input_len", "output_len")
 MODEL_DIMENSIONS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "experts", "top_k")
 #: Columns a filter may name: inputs, model dimensions, outputs (training sweeps).
@@ -125,7 +125,7 @@ FLOAT_AXIS_ZERO = ("think_time_s",)
 SERVE_CAT_AXES: dict[str, tuple[str, ...]] = {**INFER_CAT_AXES, "decode_kv_reads": DECODE_KV_READS,
                                               "stack": stack_names(), "arrival": ARRIVAL, "spec_method": SPEC_METHOD}
 SERVE_GRID_KEYS = ("model", "system", *SERVE_INT_AXES, "request_rate", "think_time_s", "spec_acceptance",
-                   *SERVE_CAT_AXES)
+                   "moe_imbalance", *SERVE_CAT_AXES)
 SERVE_REQUIRED_GRID_KEYS = ("model", "system", "input_len", "output_len")
 
 TASKS: dict[str, TaskKeys] = {

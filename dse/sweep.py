@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from dse import codes
-from dse.cost.inference import INFER_INPUTS, INFER_METRICS, infer_step
+from dse.cost.inference import INFER_INPUTS, INFER_METRICS, infer_step, routing_skew
 from dse.cost.select import INT_DOMAIN_MAX
 from dse.cost.serving import LIMITS, SERVE_INPUTS, SERVE_METRICS, serve_step
 from dse.cost.training import DTYPE, TRAIN_INPUTS, TRAIN_METRICS, train_step
@@ -39,7 +39,7 @@ INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "cp", "ep", "etp",
                  "memory_report", "adapter_precision", "dp_reduce", "zero3_collectives", "zero_with_pp", "cp_exchange",
                  "moe_gemm", "ep_dispatch", "moe_imbalance", "stack")
 INFER_INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "batch", "input_len", "output_len",
-                       "precision", "kv_precision")
+                       "precision", "kv_precision", "moe_imbalance")
 SMALL_INT_COLUMNS = ("sp", "zero", "dp_overlap", "pp_overlap")
 CATEGORY_COLUMNS = {**CATEGORICAL, "kv_precision": codes.KV_PRECISION, "stack": stack_names(),
                     "decode_kv_reads": codes.DECODE_KV_READS, "arrival": codes.ARRIVAL,
@@ -47,7 +47,7 @@ CATEGORY_COLUMNS = {**CATEGORICAL, "kv_precision": codes.KV_PRECISION, "stack": 
 SERVE_INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "batch", "input_len", "output_len",
                        "max_num_tokens", "request_rate", "precision", "kv_precision", "decode_kv_reads",
                        "prefill_gpus", "prefill_tp", "concurrency", "think_time_s", "arrival", "ep", "spec_tokens",
-                       "spec_acceptance", "spec_method", "stack")
+                       "spec_acceptance", "spec_method", "moe_imbalance", "stack")
 FLOAT_INPUT_COLUMNS = ("request_rate", "moe_imbalance", "think_time_s", "spec_acceptance")
 
 
@@ -261,6 +261,8 @@ def _evaluate_batch(spec: Spec, grid: Grid, start: int, stop: int, feasible_only
         points, model = cols["point"], cols["model"]
     out = _step(spec, x, hw)
     out[COST_COLUMN] = cost_per_million_tokens(spec, systems, x, out)
+    if spec.task in ("serve", "infer"):  # written as used: the GPU's measured skew where empty, none for dense models
+        x = {**x, "moe_imbalance": np.where(x["experts"] > 1, routing_skew({**x, **hw}), np.nan).astype(DTYPE)}
     keep = np.ones(len(points), dtype=bool)
     reason = out["reason"]
     if spec.divisible:

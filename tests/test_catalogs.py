@@ -156,6 +156,7 @@ def test_peaks_match_shared_hardware_specs():
 EFF_FRACTIONS = tuple(c for c in hwcat.EFFICIENCY_COLUMNS if "eff" in c)
 EFF_LATENCIES = tuple(c for c in hwcat.EFFICIENCY_COLUMNS if c.endswith("_us"))
 EFF_PER_CLOCK = tuple(c for c in hwcat.EFFICIENCY_COLUMNS if c.endswith("_per_clk"))
+EFF_RATIOS = tuple(c for c in hwcat.EFFICIENCY_COLUMNS if c.startswith("moe_routing_skew"))
 
 
 def test_every_generation_in_systems_has_efficiency_row():
@@ -167,8 +168,10 @@ def test_every_generation_in_systems_has_efficiency_row():
 
 def test_efficiencies_in_range():
     eff = hwcat.efficiency()
-    assert set(EFF_FRACTIONS) | set(EFF_LATENCIES) | set(EFF_PER_CLOCK) == set(hwcat.EFFICIENCY_COLUMNS)
+    kinds = set(EFF_FRACTIONS) | set(EFF_LATENCIES) | set(EFF_PER_CLOCK) | set(EFF_RATIOS)
+    assert kinds == set(hwcat.EFFICIENCY_COLUMNS)
     assert EFF_PER_CLOCK == hwcat.PER_CLOCK_COLUMNS
+    assert EFF_RATIOS == hwcat.RATIO_COLUMNS
     for gen, r in eff.iterrows():
         for col in EFF_FRACTIONS:
             v = r[col]
@@ -178,6 +181,10 @@ def test_efficiencies_in_range():
             assert 0.0 < v <= 1.2 == hwcat.constant_upper_bound(col), f"{gen}.{col} = {v}"
         for col in EFF_LATENCIES:
             assert r[col] > 0, f"{gen}.{col} = {r[col]}"
+        # routing skew: the MoE layer under real routing is no faster than balanced at one rank, and grows with
+        # the ranks (every generation has both, measured or carried)
+        assert 1.0 <= r["moe_routing_skew"] <= hwcat.constant_upper_bound("moe_routing_skew") == 4.0, gen
+        assert 0.0 <= r["moe_routing_skew_per_doubling"] <= 4.0, gen
         # element rates per SM and clock: an SM issues 4 warp instructions per clock (32 lanes each), so an
         # element that costs at least one lane-instruction cannot go faster than 128 per SM-clock; masked MHA
         # is needed by every generation (decode_kv_reads = per_query_head); XQA's fraction of HBM bandwidth
@@ -272,7 +279,8 @@ def test_provenance_parser_on_known_rows():
     assert amp["scaleup_latency_us"] == {"ASSUMPTION"}
     bw = provenance(EFFICIENCY_RAW.set_index("generation").loc["blackwell", "source"])
     derived = {"matmul_eff_fp4", "infer_matmul_eff_fp16", "infer_matmul_eff_fp8", "infer_matmul_eff_fp4",
-               "infer_attention_eff", "infer_allreduce_eff", "infer_allreduce_latency_us"}
+               "infer_attention_eff", "infer_allreduce_eff", "infer_allreduce_latency_us", "moe_routing_skew",
+               "moe_routing_skew_per_doubling"}
     assert all(bw[c] == {"ASSUMPTION"} for c in hwcat.EFFICIENCY_COLUMNS if c not in derived)
     assert all("sourced" in bw[c] for c in derived)  # kernel benchmarks / TensorRT-LLM's GEMM tables
 

@@ -157,3 +157,33 @@ def test_moe_expert_width_is_the_fit_of_the_measured_tables():
         return sum(f[3] * len(rows) for f, rows in zip(fits(width), tables, strict=True)) / len(points)
 
     assert mean_error(K.MOE_GEMM_FULL_WIDTH) < mean_error(768.0) - 0.02
+
+
+def test_moe_routing_skew_is_the_fit_of_the_measured_tables():
+    """moe_routing_skew and moe_routing_skew_per_doubling in efficiency.csv are dse.validation.fit.moe_routing_skew of
+    TensorRT-LLM's MoE tables (tests/kernels/trtllm_moe_routing_skew.csv, from ai-dynamo/aiconfigurator @095f58a:
+    power-law over balanced routing), rounded; Ampere, with no balanced table, carries Hopper's.  The tables
+    themselves say the skew grows with the expert-parallel ranks: on every measured generation the median ratio
+    at ep 8 is above the one at ep 1, and the Hopper and Blackwell ones at ep 8 are 1.8-2.0."""
+    import pandas as pd
+
+    from dse.hardware.catalog import efficiency
+    from dse.validation.fit import moe_routing_skew
+
+    points = pd.read_csv(Path(__file__).parent / "kernels" / "trtllm_moe_routing_skew.csv")
+    fitted = moe_routing_skew(points)
+    eff = efficiency()
+    assert set(fitted) == set(eff.index) - {"ampere"}
+    for generation, (skew, per_doubling) in fitted.items():
+        assert float(eff.loc[generation, "moe_routing_skew"]) == pytest.approx(skew, abs=6e-4), generation
+        assert float(eff.loc[generation, "moe_routing_skew_per_doubling"]) == pytest.approx(per_doubling, abs=6e-4)
+    for column in ("moe_routing_skew", "moe_routing_skew_per_doubling"):
+        assert eff.loc["ampere", column] == eff.loc["hopper", column]
+    ratio = pd.concat([points["power_law_1_01_us"], points["power_law_1_2_us"]]) / pd.concat(
+        [points["balanced_us"], points["balanced_us"]])
+    frame = pd.DataFrame({"gpu": pd.concat([points["gpu"]] * 2), "ep": pd.concat([points["ep"]] * 2), "r": ratio})
+    median = frame.groupby(["gpu", "ep"])["r"].median()
+    for gpu in points["gpu"].unique():
+        assert median[gpu, 8] > median[gpu, 1], gpu
+    for gpu in ("h100_sxm", "h200_sxm", "b200_sxm", "gb200"):
+        assert 1.8 <= median[gpu, 8] <= 2.0, gpu

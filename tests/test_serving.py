@@ -1047,3 +1047,39 @@ def test_answered_rows_give_writeable_metrics_equal_to_a_mixed_call():
     for k in SERVE_METRICS:
         assert out[k].flags.writeable and out[k].shape == (400,), k
         np.testing.assert_array_equal(out[k], ref[k][:400], err_msg=k)
+
+
+def _moe_row(**changes) -> dict:
+    return {"task": "serve", "model": "deepseek-v3", "system": "h200-sxm-141gb", "tp": 1, "dp": 8, "ep": 8,
+            "precision": "fp8", "input_len": 1000, "output_len": 1000, **changes}
+
+
+def test_routing_skew_defaults_to_the_generations_measured_value_and_moe_imbalance_overrides_it():
+    """Serving a MoE model without moe_imbalance times its routed GEMMs at the GPU generation's measured routing
+    skew at its ep (dse.cost.inference.routing_skew: efficiency.csv moe_routing_skew + per_doubling x log2 ep,
+    fitted on TensorRT-LLM's power-law / balanced MoE tables): the same as stating that value, slower than
+    balanced routing (1, an expert load balancer), and the skew grows with the ranks.  Dense models are untouched."""
+    from dse.hardware.catalog import efficiency
+
+    hopper = efficiency().loc["hopper"]
+    measured = float(hopper["moe_routing_skew"] + hopper["moe_routing_skew_per_doubling"] * 3.0)  # ep 8
+    table = pd.DataFrame([_moe_row(), _moe_row(moe_imbalance=measured), _moe_row(moe_imbalance=1.0)])
+    out = evaluate_serve(table)["output_tokens_per_s_per_gpu"].to_numpy()
+    assert out[0] == pytest.approx(out[1], rel=1e-5)
+    assert out[0] < 0.9 * out[2]
+    small = {"model": "qwen3-30b-a3b"}  # fits one H200, so ep can start at 1
+    by_ep = evaluate_serve(pd.DataFrame([_moe_row(dp=d, ep=d, **small) for d in (1, 2, 4, 8)]))["iter_gemm_ms"]
+    by_ep = by_ep.to_numpy()
+    balanced = evaluate_serve(pd.DataFrame([_moe_row(dp=d, ep=d, moe_imbalance=1.0, **small) for d in (1, 2, 4, 8)]))
+    growth = by_ep / balanced["iter_gemm_ms"].to_numpy()
+    assert np.all(np.diff(growth) > 0) and growth[0] > 1.0
+    dense = {**BASE, "model": "llama3.3-70b"}
+    assert evaluate_serve(pd.DataFrame([dense, {**dense, "moe_imbalance": 2.0}]))["tpot_s"].nunique() == 1
+
+
+def test_explain_names_the_routing_skew_of_a_moe_serving_row(capsys):
+    code = main(["explain", "--task", "serve", "--model", "deepseek-v3", "--system", "b200", "--tp", "1", "--dp",
+                 "4", "--ep", "4", "--precision", "fp4", "--input-len", "1000", "--output-len", "1000"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "for uneven routing (the GPU's measured routing skew at ep 4" in out

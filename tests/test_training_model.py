@@ -337,9 +337,10 @@ def test_rtx_pro_6000_and_ada_serving_gemm_efficiencies_are_hoppers_scaled_by_on
     assert rtx["infer_matmul_eff_fp4"] == pytest.approx(
         fp8 * med["rtx_pro_6000_server", "nvfp4"] / med["rtx_pro_6000_server", "fp8"], abs=5e-4)
     # every other constant of the GB202 row is the datacenter Blackwell row's (ASSUMPTION, as its source says),
-    # except the engine all-reduce, measured on its own server (tests/test_fit.py checks the fit)
+    # except the engine all-reduce and the MoE routing skew, measured on its own server (tests/test_fit.py checks
+    # those fits)
     derived = {"infer_matmul_eff_fp16", "infer_matmul_eff_fp8", "infer_matmul_eff_fp4", "infer_attention_eff",
-               "infer_allreduce_eff", "infer_allreduce_latency_us"}
+               "infer_allreduce_eff", "infer_allreduce_latency_us", "moe_routing_skew", "moe_routing_skew_per_doubling"}
     for col in hwcat.EFFICIENCY_COLUMNS:
         if col not in derived:
             same = rtx[col] == eff.loc["blackwell", col]

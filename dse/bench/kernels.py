@@ -534,6 +534,7 @@ def random_serve_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], 
     x["spec_method"] = np.where(eagle, float(codes.SPEC_METHOD_EAGLE), np.nan)
     x["spec_tokens"] = np.where(eagle, 2.0, x["spec_tokens"])
     x["spec_acceptance"] = np.where(eagle, 0.7, x["spec_acceptance"])
+    x["moe_imbalance"] = np.full(n, np.nan)  # the GPU generation's measured routing skew (not drawn)
     assert set(x) == set(SERVE_INPUTS)
     # the kernel's float32, as a sweep's grid decodes its points and as the training bench draws them
     return {k: v.astype(DTYPE) for k, v in x.items()}, systems

@@ -56,7 +56,7 @@ DTYPE = np.float32
 INFER_INPUTS: tuple[str, ...] = (
     "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "experts", "top_k",
     "tied_embeddings", "gpus", "tp", "pp", "dp", "batch", "input_len", "output_len", "precision", "kv_precision",
-    *ARCHITECTURE_COLUMNS,
+    *ARCHITECTURE_COLUMNS, "moe_imbalance",
 )
 INFER_METRICS: tuple[str, ...] = (
     "ttft_s", "tpot_s", "e2e_latency_s", "output_tokens_per_s", "output_tokens_per_s_per_gpu",
@@ -245,11 +245,33 @@ def layer_gemm_terms(x: dict[str, Array], rec: dict[str, Array], rate: Array, ac
              + dense * ((h * act + n_fc1 * 2.0) + (f_d * act + h * 2.0))
              + routed * ((h * act_e + n_fc1_m * 2.0) + (f_m * act_e + h * 2.0)))
     routed_flops = routed * (gemm_flops(1.0, n_fc1_m, h) + gemm_flops(1.0, h, f_m))
-    per_token = ((flops - routed_flops) / rate + routed_flops / (rate_e * expert_width_efficiency(f_m))
+    per_token = ((flops - routed_flops) / rate
+                 + routing_skew(x) * routed_flops / (rate_e * expert_width_efficiency(f_m))
                  + moved / mem + phi * gemm_flops(1.0, E, h) / x["infer_matmul_fp16_rate"])
     fixed = ((h * n_qkv + rec["up_params"] / t + o_k * h + n_mlp * h * f_d) * wb / mem
              + phi * moe * K.MOE_LAYER_FIXED_S)  # the MoE block's routing, permutation and finalize kernels
     return per_token, fixed, phi * n_mlp * h * f_m * wb_e / (mem * stream_frac)
+
+
+def routing_skew(x: dict[str, Array]) -> Array:
+    """Time of the routed experts' grouped GEMMs under the row's routing over their time with the tokens spread
+    evenly: ``moe_imbalance`` where the row gives it (1: an expert-parallel load balancer such as SGLang's EPLB, or a
+    benchmark that forces balance), else the GPU generation's measured ``moe_routing_skew``.
+
+    A router sends more tokens to some experts (and expert ranks) than to others, so the busiest paces the layer.
+    NVIDIA's model of its inference engines (ai-dynamo/aiconfigurator @095f58a sdk/config.py) times MoE layers with a
+    power-law token distribution by default, and its measured TensorRT-LLM tables time every layer both ways:
+    their median ratio at compute-bound sizes grows with the expert-parallel ranks ep (the busiest rank paces the
+    layer), r = ``moe_routing_skew`` + ``moe_routing_skew_per_doubling`` · log2(ep), per GPU generation
+    (dse.validation.fit.moe_routing_skew, tests/kernels/trtllm_moe_routing_skew.csv; Hopper 1.10 + 0.28 per
+    doubling, 1.94 at ep 8; Blackwell 1.10 + 0.25, 1.84 at ep 8).  It scales the GEMMs' compute term only: at small
+    batches the experts' weights are streamed whatever the routing, and the dispatch all-to-all is not scaled (the
+    tables do not measure it).  Static-batch inference (task infer) has no ep: r at one rank."""
+    given = x["moe_imbalance"]
+    # static-batch inference (task infer) has no expert parallelism: one rank
+    doublings = np.log2(np.maximum(x["ep"], 1.0)) if "ep" in x else 0.0
+    measured = x["moe_routing_skew"] + x["moe_routing_skew_per_doubling"] * doublings
+    return np.where(np.isnan(given), measured, given)
 
 
 def expert_width_efficiency(width: Array, full_width: float | None = None) -> Array:

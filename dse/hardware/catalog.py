@@ -48,6 +48,8 @@ HARDWARE_COLUMNS: tuple[str, ...] = (
     "xqa_rate",
     "cpu_adam_rate",
     "host_mem_bytes",
+    "moe_routing_skew",
+    "moe_routing_skew_per_doubling",
 )
 
 EFFICIENCY_COLUMNS: tuple[str, ...] = (
@@ -72,20 +74,26 @@ EFFICIENCY_COLUMNS: tuple[str, ...] = (
     "layer_overhead_graphs_us",
     "mmha_elements_per_clk",
     "xqa_memory_eff",
+    "moe_routing_skew",
+    "moe_routing_skew_per_doubling",
 )
 #: Dimensionless fractions among the efficiency constants (the others are latencies in microseconds and the
 #: masked-MHA decode kernel's element rate per SM and clock).
 FRACTION_COLUMNS = tuple(c for c in EFFICIENCY_COLUMNS if "eff" in c)
 #: Element rate of TensorRT-LLM's masked-MHA decode kernel per SM per clock (see :func:`achieved`).
 PER_CLOCK_COLUMNS = ("mmha_elements_per_clk",)
+#: Ratios of a time to a reference time: the MoE layer's time under real routing over balanced routing, at one
+#: expert-parallel rank and its increase per doubling of the ranks (dse.cost.inference.routing_skew).
+RATIO_COLUMNS = ("moe_routing_skew", "moe_routing_skew_per_doubling")
 
 
 def constant_upper_bound(column: str) -> float:
     """Largest value an efficiency constant may take (fits and calibrations search below it, the catalog tests
     check it): fractions of peak 1.2 (NVLink SHARP all-reduce bus bandwidth exceeds the line rate), latencies
     1000 µs, element rates 128 per SM-clock (an SM issues 4 warp instructions of 32 lanes per clock, and an
-    element costs at least one lane-instruction)."""
-    return 1000.0 if column.endswith("_us") else 128.0 if column in PER_CLOCK_COLUMNS else 1.2
+    element costs at least one lane-instruction), time ratios 4."""
+    return (1000.0 if column.endswith("_us") else 128.0 if column in PER_CLOCK_COLUMNS
+            else 4.0 if column in RATIO_COLUMNS else 1.2)
 
 
 #: Achieved fraction of the CPU-GPU link rate for offload copies (pinned-memory DMA).  ASSUMPTION: 0.8, not
@@ -267,6 +275,9 @@ def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "xqa_rate": z(raw["hbm_bw"] * raw["xqa_memory_eff"]),
         "cpu_adam_rate": z(cpu_adam_rate(raw)),
         "host_mem_bytes": z(raw["host_mem_bytes"] / raw["node_gpus"]),
+        # serving: the routed experts' GEMM time under real routing over balanced (dse.cost.inference.routing_skew)
+        "moe_routing_skew": np.nan_to_num(np.asarray(raw["moe_routing_skew"], dtype=np.float64), nan=1.0),
+        "moe_routing_skew_per_doubling": z(raw["moe_routing_skew_per_doubling"]),
     }
 
 
@@ -361,7 +372,7 @@ def raw_table(overrides: tuple[tuple[str, str, float], ...] = ()) -> dict[str, n
     }
     table["layer_overhead_s"] = g["layer_overhead_us"].to_numpy() * 1e-6
     table["layer_overhead_graphs_s"] = g["layer_overhead_graphs_us"].to_numpy() * 1e-6
-    for col in FRACTION_COLUMNS + PER_CLOCK_COLUMNS:
+    for col in FRACTION_COLUMNS + PER_CLOCK_COLUMNS + RATIO_COLUMNS:
         table[col] = g[col].to_numpy()
     return {k: np.ascontiguousarray(v, dtype=np.float64) for k, v in table.items()}
 

@@ -134,7 +134,14 @@ def log_error_objective(files: Sequence[str | Path], assumptions: Sequence[Assum
 #: :func:`moe_grouped_gemm_fit`.
 KERNEL_TABLE_SYSTEMS: dict[str, str] = {"a100_sxm": "a100-sxm-80gb", "h100_sxm": "h100-sxm-80gb",
                                             "h200_sxm": "h200-sxm-141gb", "b200_sxm": "b200", "l40s": "l40s",
-                                            "rtx_pro_6000_server": "rtx-pro-6000"}
+                                            "rtx_pro_6000_server": "rtx-pro-6000", "gb200": "gb200-nvl72",
+                                            "b300_sxm": "b300", "gb300": "gb300-nvl72"}
+#: Fewest routed tokens per expert (T·k/E) at which :func:`moe_routing_skew` reads a kernel table: the grouped GEMMs
+#: are compute-bound there, as the routed term it scales (dse.cost.inference.layer_pass_terms) is.
+MOE_SKEW_MIN_TOKENS_PER_EXPERT = 256.0
+#: Largest expert-parallel size :func:`moe_routing_skew` fits over: one NVLink domain of 8-16 GPUs, where the tables
+#: are dense (past it they hold fewer shapes and the ratio saturates on Blackwell).
+MOE_SKEW_MAX_EP = 16
 
 
 def engine_allreduce_fit(message_bytes: np.ndarray, ranks: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
@@ -206,6 +213,35 @@ def moe_grouped_gemm_fit(points: pd.DataFrame, full_width: float | None = None) 
     (fixed, inv_s, inv_g), *_ = np.linalg.lstsq(a / latency[:, None], np.ones_like(latency), rcond=None)
     error = float(np.mean(np.abs(a @ np.array([fixed, inv_s, inv_g]) / latency - 1.0)))
     return float(fixed), float(1.0 / inv_s), float(1.0 / inv_g), error
+
+
+def moe_routing_skew(points: pd.DataFrame) -> dict[str, tuple[float, float]]:
+    """Per generation: (``moe_routing_skew``, ``moe_routing_skew_per_doubling``), the time of a MoE layer's kernels
+    when the tokens are routed as real routers route them over their time when the tokens are spread evenly, as
+    r(ep) = skew + per_doubling · log2(ep) for ep expert-parallel ranks, from TensorRT-LLM's measured MoE tables
+    (tests/kernels/trtllm_moe_routing_skew.csv: ai-dynamo/aiconfigurator @095f58a systems/data/<gpu>/moe/trtllm/
+    1.3.0rc20/moe_perf.parquet, the catalog's MoE shapes).  aiconfigurator, NVIDIA's model of these engines, times
+    MoE layers with a power-law token distribution by default (sdk/config.py ``workload_distribution =
+    "power_law"``; α 1.01 for the DeepSeek family, sdk/models/deepseek.py, 1.2 for the others, sdk/models/moe.py),
+    and its tables time every layer at both α and balanced.  The ratio grows with the ranks (the busiest rank paces
+    the layer; one rank still pays for uneven expert sizes in its grouped GEMMs): least squares of r(ep) on the
+    median ratio at each tabled ep from 1 to :data:`MOE_SKEW_MAX_EP` (both α, every table of the generation pooled,
+    at :data:`MOE_SKEW_MIN_TOKENS_PER_EXPERT` or more routed tokens per expert: compute-bound sizes)."""
+    from dse.hardware.catalog import systems
+
+    rows = points[(points["tokens"] * points["top_k"] / points["experts"] >= MOE_SKEW_MIN_TOKENS_PER_EXPERT)
+                  & (points["ep"] <= MOE_SKEW_MAX_EP)]
+    generation = rows["gpu"].map(KERNEL_TABLE_SYSTEMS).map(systems()["generation"])
+    ratio = pd.concat([rows["power_law_1_01_us"] / rows["balanced_us"], rows["power_law_1_2_us"] / rows["balanced_us"]])
+    frame = pd.DataFrame({"generation": pd.concat([generation, generation]), "ep": pd.concat([rows["ep"], rows["ep"]]),
+                          "ratio": ratio})
+    out: dict[str, tuple[float, float]] = {}
+    for gen, g in frame.groupby("generation"):
+        median = g.groupby("ep")["ratio"].median()
+        x = np.log2(median.index.to_numpy(dtype=np.float64))
+        (skew, per_doubling), *_ = np.linalg.lstsq(np.c_[np.ones_like(x), x], median.to_numpy(), rcond=None)
+        out[str(gen)] = (float(skew), float(per_doubling))
+    return out
 
 
 #: The grid (elements) :func:`moe_expert_width_fit` searches: 768 (every tabled expert at its full rate) to 2048.
