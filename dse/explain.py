@@ -318,6 +318,8 @@ def format_explain_infer(row: pd.Series, ops: pd.DataFrame) -> str:
                            ("decode_tp_comm_ms", "TP all-reduces"), ("decode_logits_ms", "logits"),
                            ("decode_overhead_ms", "per-layer overhead (launches)")):
             lines.append(f"  {label:<40s} {float(row[key]):12.3f} ms")
+            if key == "decode_gemm_ms" and expert_width_text(row):
+                lines.append(expert_width_text(row))
     shown = ops[ops["phase"] != "decode"] if one and "phase" in ops.columns else ops
     lines += ["", "Ops per GPU and layer (logits once): arithmetic intensity against the ridge point",
               shown.to_string(index=False, float_format=lambda v: f"{v:,.3g}"), ""]
