@@ -631,7 +631,8 @@ def _reals(frame: pd.DataFrame, col: str, source: str, valid: Any, allowed: str)
 def _at_least_one(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
     """``moe_imbalance``-like columns: finite numbers >= 1 (NaN where empty)."""
     return _reals(frame, col, source, lambda v: v >= 1.0, "a finite number of at least 1 (the busiest expert GPU's "
-                  "load over the mean), or empty for 1")
+                  "load over the mean), or empty for the default (1 in training; in inference and serving the GPU's "
+                  "measured routing skew)")
 
 
 def _probability(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
