@@ -99,7 +99,7 @@ DEFAULTS_DOC: dict[str, str] = {
     "etp": "tp (expert tensor parallel: experts split like the dense layers)",
     "moe_imbalance": ("train: 1 (balanced routing, as Megatron-Bridge's benchmarks force it); infer, serve: the GPU "
                       "generation's measured routing skew at the row's ep (1.94 on Hopper, 1.84 on Blackwell at ep 8; "
-                      "1 for an expert load balancer such as EPLB)"),
+                      "1 for an expert load balancer such as EPLB, which the sglang-0.4/0.5 profiles assume)"),
     "head_dim": "hidden / heads",
     "attention_kind": "gqa (grouped-query; multi-head when kv_heads = heads)",
     "moe_quant": "tensor (routed experts at the row's precision, one scale per tensor)",

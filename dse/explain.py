@@ -367,7 +367,7 @@ def expert_width_text(row: pd.Series) -> str:
     w = float(expert_width_efficiency(np.array([width]))[0])
     ep = float(row["ep"]) if _given(row.get("ep")) else 1.0
     if _given(row.get("moe_imbalance")):
-        skew, why = float(row["moe_imbalance"]), "moe_imbalance as given"
+        skew, why = float(row["moe_imbalance"]), "moe_imbalance, as given or as the stack sets it"
     else:
         from dse.hardware import catalog as hwcat
 

@@ -106,7 +106,7 @@ SERVE_KNOBS: dict[str, str] = {"decode_kv_reads": "per_kv_head or per_query_head
                                "kv_reservation": "mean or full", "kv_memory_basis": "free or total",
                                "request_overhead_s": "seconds >= 0", "request_setup_s": "seconds >= 0",
                                "host_overlap": "none, always or single_stage",
-                               "window_kv": "window or full"}
+                               "window_kv": "window or full", "moe_imbalance": "number >= 1"}
 #: Values of the serving settings that name rather than count: their code in the kernel.
 SERVE_VALUE_CODES: dict[str, tuple[str, ...]] = {"decode_kv_reads": codes.DECODE_KV_READS,
                                                  "kv_reservation": ("mean", "full"),
@@ -161,7 +161,7 @@ SERVING_STACK_SETTINGS: tuple[tuple[str, str], ...] = (
     ("max_num_tokens", "max_num_tokens"), ("decode_kv_reads", "decode_kv_reads"), ("cuda_graphs", "cuda_graphs"),
     ("kv_reservation", "kv_reservation"), ("kv_memory_basis", "kv_memory_basis"),
     ("request_overhead_s", "request_overhead_s"), ("request_setup_s", "request_setup_s"),
-    ("host_overlap", "host_overlap"), ("window_kv", "window_kv"))
+    ("host_overlap", "host_overlap"), ("window_kv", "window_kv"), ("moe_imbalance", "moe_imbalance"))
 #: Serving inputs that neither the row nor its stack sets take these values (no CUDA graphs, KV on demand, no host
 #: time per running request).
 SERVING_UNSTATED: dict[str, float] = {"cuda_graphs": 0.0, "kv_reservation": 0.0, "kv_memory_basis": 0.0,
@@ -271,6 +271,8 @@ def _serve_number_allowed(allowed: str, value: str) -> bool:
         return False
     if allowed == "seconds >= 0":
         return 0.0 <= number < 1.0
+    if allowed == "number >= 1":
+        return 1.0 <= number < float("inf")
     return 0.0 < number <= 1.0
 
 

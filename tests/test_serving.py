@@ -1083,3 +1083,15 @@ def test_explain_names_the_routing_skew_of_a_moe_serving_row(capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert "for uneven routing (the GPU's measured routing skew at ep 4" in out
+
+
+def test_sglang_profiles_time_moe_layers_at_balanced_routing():
+    """The sglang-0.4/0.5 profiles set moe_imbalance 1 (ASSUMPTION: EPLB, as SGLang's large-scale expert-parallel
+    posts run it), so a large-EP SGLang row without the column is timed as balanced, not at the measured skew of
+    unbalanced routing at its ep (2.8 on Hopper at ep 72); a row's own value still wins."""
+    row = _moe_row(system="h100-sxm-80gb", dp=72, ep=72, input_len=2000, output_len=100, concurrency=256 * 72,
+                   arrival="closed")
+    rows = [{**row, "stack": "sglang-0.4"}, {**row, "stack": "sglang-0.4", "moe_imbalance": 1.0}, row]
+    out = evaluate_serve(pd.DataFrame(rows))["iter_gemm_ms"].to_numpy()
+    assert out[0] == pytest.approx(out[1], rel=1e-6)
+    assert out[2] > 1.3 * out[0]
