@@ -15,7 +15,7 @@ from dse import codes
 from dse.cost.inference import OPS, inference_ops
 from dse.cost.memory import optimizer_layout_bytes
 from dse.cost.training import LAYER_BREAKDOWN, MEMORY_BREAKDOWN, TIME_BREAKDOWN
-from dse.frame import evaluate_decode_bound, evaluate_infer, evaluate_train, infer_inputs
+from dse.frame import evaluate_decode_bound, evaluate_infer, evaluate_routing_skew, evaluate_train, infer_inputs
 from dse.hardware import catalog as hwcat
 
 Overrides = dict[tuple[str, str], float]
@@ -55,6 +55,8 @@ MEMORY_LABELS = {
 
 #: The row key of :func:`dse.cost.inference.decode_hbm_bound` in an explained serving or inference row.
 HBM_BOUND = "decode_hbm_bound_tokens_per_s_per_gpu"
+#: The factor ``dse explain`` applies to the routed experts' GEMMs (:func:`dse.frame.evaluate_routing_skew`).
+ROUTING_SKEW = "routing_skew"
 
 
 def hbm_bound_text(row: pd.Series) -> str:
@@ -77,6 +79,7 @@ def explain_row(config: Mapping[str, object], overrides: Overrides | None = None
         out = evaluate_serve(frame, source="dse explain", overrides=overrides, with_inputs=True)
         row = out.iloc[0].copy()
         row[HBM_BOUND] = evaluate_decode_bound(frame, "serve", "dse explain", overrides)[0]
+        row[ROUTING_SKEW] = evaluate_routing_skew(frame, "serve", "dse explain", overrides)[0]
         row["model"] = config.get("model", "custom model")
         row["task"] = "serve"
         row["stack"] = config.get("stack")
@@ -85,6 +88,7 @@ def explain_row(config: Mapping[str, object], overrides: Overrides | None = None
         out = evaluate_infer(frame, source="dse explain", overrides=overrides, with_inputs=True)
         row = out.iloc[0].copy()
         row[HBM_BOUND] = evaluate_decode_bound(frame, "infer", "dse explain", overrides)[0]
+        row[ROUTING_SKEW] = evaluate_routing_skew(frame, "infer", "dse explain", overrides)[0]
         row["model"] = config.get("model", "custom model")
         row["task"] = "infer"
         return row
@@ -366,15 +370,9 @@ def expert_width_text(row: pd.Series) -> str:
     width = (moe_f if moe_f > 0 else float(row["ffn_hidden"])) / float(row["tp"])
     w = float(expert_width_efficiency(np.array([width]))[0])
     ep = float(row["ep"]) if _given(row.get("ep")) else 1.0
-    if _given(row.get("moe_imbalance")):
-        skew, why = float(row["moe_imbalance"]), "moe_imbalance, as given or as the stack sets it"
-    else:
-        from dse.hardware import catalog as hwcat
-
-        code = hwcat.system_names().index(str(row["system"]))
-        table = hwcat.hardware_table()
-        skew = float(table["moe_routing_skew"][code] + table["moe_routing_skew_per_doubling"][code] * np.log2(ep))
-        why = f"the GPU's measured routing skew at ep {ep:.0f}"
+    skew = float(row[ROUTING_SKEW])
+    why = ("moe_imbalance, as given or as the stack sets it" if _given(row.get("moe_imbalance"))
+           else f"the GPU's measured routing skew at ep {ep:.0f}")
     return (f"    routed experts {width:.0f} wide per GPU: grouped GEMMs at {w:.2f} of their rate "
             "(dse.cost.inference.expert_width_efficiency)\n"
             f"    routed GEMMs x {skew:.2f} for uneven routing ({why}; dse.cost.inference.routing_skew)")

@@ -26,7 +26,7 @@ from dse.cost.architecture import (
     ARCHITECTURE_MIN,
     architecture_errors,
 )
-from dse.cost.inference import INFER_METRICS, decode_hbm_bound, infer_step
+from dse.cost.inference import INFER_METRICS, decode_hbm_bound, infer_step, routing_skew
 from dse.cost.select import INT_DOMAIN_MAX
 from dse.cost.training import TRAIN_METRICS, train_step
 from dse.defaults import (  # noqa: F401 (re-export)
@@ -408,12 +408,12 @@ def evaluate_train(frame: pd.DataFrame, source: str = "<frame>",
         hbm = {"hbm_bytes": hwcat.hardware_table(overrides)["hbm_bytes"][sys_codes]}
         out = _inputs_beside(out, x, sys_codes, hbm, CATEGORICAL, integers=True,
                              nullable=("layers_first_stage", "layers_last_stage", "doc_len"), only=with_inputs,
-                             reals=TRAIN_REAL_INPUTS)
+                             reals=REAL_INPUTS)
     return out
 
 
 #: Inputs that take real values (the others are integers or codes): shown as given (or empty), not as int64.
-TRAIN_REAL_INPUTS = ("moe_imbalance",)
+REAL_INPUTS = ("moe_imbalance",)
 
 
 #: Rows per kernel call when a table is evaluated: a tile's temporaries (about 1,000 numpy arrays of the tile's
@@ -527,7 +527,7 @@ def evaluate_infer(frame: pd.DataFrame, source: str = "<frame>",
                                                          categories=pd.Index(codes.REASONS))
     if with_inputs:
         out = _inputs_beside(out, x, sys_codes, hw, INFERENCE_VOCABULARIES, integers=True, only=with_inputs,
-                             reals=TRAIN_REAL_INPUTS)
+                             reals=REAL_INPUTS)
     return out
 
 
@@ -537,6 +537,16 @@ def evaluate_decode_bound(frame: pd.DataFrame, task: str, source: str = "<frame>
     row of ``frame``, all rows of one ``task`` (infer or serve), in row order."""
     x, sys_codes = (serve_inputs if task == "serve" else infer_inputs)(frame, source)
     return np.asarray(decode_hbm_bound(x, hwcat.hardware_columns(sys_codes, overrides)), dtype=np.float64)
+
+
+def evaluate_routing_skew(frame: pd.DataFrame, task: str, source: str = "<frame>",
+                          overrides: dict[tuple[str, str], float] | None = None) -> np.ndarray:
+    """The factor on the routed experts' GEMMs (:func:`dse.cost.inference.routing_skew`: the row's
+    ``moe_imbalance``, as given or as its stack sets it, else the GPU generation's measured skew at its ep) of every
+    row of ``frame``, all rows of one ``task`` (infer or serve), in row order; NaN for a dense model."""
+    x, sys_codes = (serve_inputs if task == "serve" else infer_inputs)(frame, source)
+    skew = routing_skew({**x, **hwcat.hardware_columns(sys_codes, overrides)})
+    return np.where(x["experts"] > 1, skew, np.nan).astype(np.float64)
 
 
 #: Categorical inputs of the inference-side models, decoded back to names beside their outputs.

@@ -1095,3 +1095,18 @@ def test_sglang_profiles_time_moe_layers_at_balanced_routing():
     out = evaluate_serve(pd.DataFrame(rows))["iter_gemm_ms"].to_numpy()
     assert out[0] == pytest.approx(out[1], rel=1e-6)
     assert out[2] > 1.3 * out[0]
+
+
+def test_explain_prints_the_routing_skew_the_kernel_used_under_a_calibration():
+    """The explained routing skew is the kernel's own (dse.cost.inference.routing_skew) on the calibrated hardware
+    columns: an override of Blackwell's measured skew moves the printed factor by exactly the override's change
+    (at ep 4, two doublings times the per-doubling slope are added to the base)."""
+    from dse.explain import ROUTING_SKEW, explain_row
+    from dse.hardware.catalog import efficiency
+
+    config = {"task": "serve", "model": "deepseek-v3", "system": "b200", "tp": 1, "dp": 4, "ep": 4,
+              "precision": "fp4", "input_len": 1000, "output_len": 1000}
+    slope = float(efficiency().loc["blackwell", "moe_routing_skew_per_doubling"])
+    row = explain_row(config, {("blackwell", "moe_routing_skew"): 2.0})
+    assert float(row[ROUTING_SKEW]) == pytest.approx(2.0 + 2.0 * slope)
+    assert np.isnan(float(explain_row({**config, "model": "llama3.3-70b", "ep": 1})[ROUTING_SKEW]))
