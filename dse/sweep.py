@@ -91,10 +91,10 @@ DIVISIBILITY_REASONS = frozenset(i for i, r in enumerate(codes.REASONS) if r not
                                                                                     "overloaded"))
 #: Rows evaluated per kernel call (bounded memory whatever the part size), chosen by ``make bench``'s tile
 #: comparison (record ``train_tiles``): smaller tiles keep the float32 temporaries in L2 but pay the kernel's
-#: ~1,000 numpy calls more often.  On the 2-core benchmark machine the rate is flat (within ~6 %, run-to-run
-#: noise) from 32,768 to 262,144 rows and falls below 16,384; 65,536 rows (256 KiB per array) sits on the
-#: plateau with a small working set.
-KERNEL_BATCH = 65536
+#: ~1,000 numpy calls more often.  On the 2-core benchmark machine the training kernel's rate on configurations
+#: that all divide peaks from 16,384 to 32,768 rows and falls beyond (65,536: about 12 % slower, 262,144: about
+#: 30 %); the serving and inference kernels are flat from 32,768 up.  32,768 rows (128 KiB per array).
+KERNEL_BATCH = 32768
 
 
 def schema(spec: Spec) -> pa.Schema:

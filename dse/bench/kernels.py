@@ -189,7 +189,8 @@ def sweep_bench(spec_data: dict, jobs: int, label: str, keep: str | None = None,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dse.bench", description=__doc__.split("\n")[0])
     parser.add_argument("-n", type=int, default=1_000_000, help="configurations (default 10^6)")
-    parser.add_argument("--chunk", type=int, default=65536, help="configurations per kernel call")
+    parser.add_argument("--chunk", type=int, default=KERNEL_BATCH,
+                        help=f"configurations per kernel call (default {KERNEL_BATCH:,}, the sweep's tile)")
     parser.add_argument("--repeats", type=int, default=3, help="time the best of R runs")
     parser.add_argument("--sweep-jobs", type=int, default=2, help="workers for the end-to-end sweep benchmarks")
     parser.add_argument("--no-sweep", action="store_true", help="only the kernel benchmark")
