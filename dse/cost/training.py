@@ -176,7 +176,7 @@ def train_step(inputs: Mapping[str, object], hw: Mapping[str, object],
     shape = arrays[0].shape
     cols = {k: a.ravel() for k, a in zip(names, arrays, strict=True)}
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        reason = _infeasible_reason(cols)
+        reason, cols[STAGE_SPLIT[0]], cols[STAGE_SPLIT[1]], cols[STAGE_SPLIT[2]] = _infeasible_reason(cols)
         ok = reason == 0
         n_ok = int(np.count_nonzero(ok))
         # Rows that do not divide get NaN, so they are not computed: when they are many (a product grid
@@ -385,8 +385,11 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     m = B / (d * b)  # micro-batches per step
     T = b * s / c  # tokens per GPU per micro-batch
     resid = T * h / (1.0 + sp * (t - 1.0))  # residual-stream elements per GPU
-    L_first, L_mid, L_last = stage_layers_split(L, p, v, x["pipeline_split"], x["layers_first_stage"],
-                                                x["layers_last_stage"], x["mtp"])
+    if STAGE_SPLIT[0] in x:  # train_step's reason check has split the layers already
+        L_first, L_mid, L_last = (x[k] for k in STAGE_SPLIT)
+    else:
+        L_first, L_mid, L_last = stage_layers_split(L, p, v, x["pipeline_split"], x["layers_first_stage"],
+                                                    x["layers_last_stage"], x["mtp"])
     D = hw["scaleup_gpus"]
 
     # ---- rates ------------------------------------------------------------------------------------------
@@ -848,8 +851,15 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     return result
 
 
-def _infeasible_reason(x: dict[str, Array]) -> Array:
-    """First failing divisibility / support check as a code into :data:`dse.codes.REASONS` (0 = feasible)."""
+#: Keys under which :func:`train_step` hands the reason check's layer split (first, middle, last rank) to the
+#: kernel, so that :func:`dse.cost.pipeline.stage_layers_split` runs once per call.
+STAGE_SPLIT = ("_layers_first_rank", "_layers_middle_rank", "_layers_last_rank")
+
+
+def _infeasible_reason(x: dict[str, Array]) -> tuple[Array, Array, Array, Array]:
+    """First failing divisibility / support check as a code into :data:`dse.codes.REASONS` (0 = feasible), and
+    the layers of the first, a middle and the last pipeline rank (:func:`dse.cost.pipeline.stage_layers_split`),
+    which the checks need and the kernel reuses."""
     L, h, a, g, V = x["layers"], x["hidden"], x["heads"], x["kv_heads"], x["vocab"]
     t, p, d, c, e, v = x["tp"], x["pp"], x["dp"], x["cp"], x["ep"], x["vpp"]
     b, B, s = x["micro_batch"], x["global_batch"], x["seq_len"]
@@ -858,6 +868,7 @@ def _infeasible_reason(x: dict[str, Array]) -> Array:
     emb_split = x["pipeline_split"] == codes.PIPELINE_SPLIT_EMBEDDING_LOSS
     first, middle, last = stage_layers_split(L, p, v, x["pipeline_split"], x["layers_first_stage"],
                                              x["layers_last_stage"], x["mtp"])
+    first_l, middle_l, last_l = (np.broadcast_to(a, L.shape) for a in (first, middle, last))
     is_fp8 = (x["precision"] == codes.PRECISION_FP8).astype(L.dtype)
     is_fp4 = (x["precision"] == codes.PRECISION_FP4).astype(L.dtype)
     peak, _ = matmul_rates(is_fp8, is_fp4, x)
@@ -898,8 +909,8 @@ def _infeasible_reason(x: dict[str, Array]) -> Array:
          & (x["zero_with_pp"] != codes.ZERO_WITH_PP_GATHER_ONCE)),
         (R["crosses nodes without scale-out network"], ~(x["scaleout_bw"] > 0) & (x["gpus"] > x["scaleup_gpus"])),
     )
-    # The first failing check wins: walk them from last to first, each overwriting where it fails.
+    # The first failing check wins: walk them from last to first, each writing its code where it fails.
     reason = np.zeros(L.shape, dtype=L.dtype)
     for code, failed in reversed(checks):
-        reason += failed * (code - reason)
-    return reason
+        np.copyto(reason, code, where=failed)
+    return reason, first_l, middle_l, last_l
