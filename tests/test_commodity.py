@@ -190,6 +190,23 @@ def test_lora_adapters_in_fp32_send_and_update_twice_the_bytes():
     assert full["time_dp_comm_s"] > 1.9 * half["time_dp_comm_s"]
 
 
+def test_hf_lora_adapters_are_counted_module_by_module():
+    """HF's Llama has separate q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj and down_proj Linears
+    (transformers modeling_llama.py), each wrapped by PEFT with its own lora_A (r x d_in) and lora_B (d_out x r).
+    Llama-2-7B (h 4096, FFN 11008, 32 layers) at rank 64 on all seven holds
+    32 * 64 * (4 * (4096 + 4096) + 3 * (4096 + 11008)) = 159,907,840 adapter parameters: PEFT's
+    print_trainable_parameters reports that beside 6,898,323,456 parameters in all (the model's 6,738,415,616 plus
+    the adapters).  Megatron/NeMo fuse q, k, v (linear_qkv) and gate, up (linear_fc1), one adapter each:
+    32 * 64 * ((4096 + 12288) + (4096 + 4096) + (4096 + 22016) + (11008 + 4096)) = 134,742,016."""
+    hf = train(system="a800-sxm-80gb", finetune="lora", lora_rank=64, kernels="eager")
+    fused = train(system="a800-sxm-80gb", finetune="lora", lora_rank=64, kernels="fused")
+    assert hf["params_trainable"] == 32 * 64 * (4 * (4096 + 4096) + 3 * (4096 + 11008)) == 159_907_840
+    assert fused["params_trainable"] == 32 * 64 * ((4096 + 12288) + (4096 + 4096) + (4096 + 22016)
+                                                   + (11008 + 4096)) == 134_742_016
+    # the model's count without its 65 RMSNorm weight vectors (2 per layer and the final one), which dse leaves out
+    assert hf["params_total"] == 6_738_415_616 - (2 * 32 + 1) * 4096
+
+
 def test_module_profile_of_the_a800_step():
     """Zhang et al. 2023 Table V (tests/reference/zhang2023_module_profiles.md): 7B, Naive, batch 2 per GPU on the
     A800 server.  Measured here: forward 75.0 ms and optimizer 193.9 ms within 25 %; the backward (250 ms with

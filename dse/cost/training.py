@@ -436,11 +436,20 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     targets = x["lora_targets"]
     adapter_layer: Array | float = 0.0
     if any_peft:
+        # Fused projections (Megatron/NeMo: linear_qkv, linear_fc1 = gate + up) carry one adapter each, whose
+        # lora_A reads h once; HF's modules (kernels = eager) are separate q, k, v and gate, up Linears, each with
+        # its own r x h lora_A: 2h more per layer in the attention (k and v beside q; not for MLA) and
+        # (matrices - 2)·h more in the SwiGLU MLP (huggingface/transformers modeling_llama.py LlamaAttention,
+        # LlamaMLP; PEFT lora.Linear wraps each targeted nn.Linear).  Llama-2-7B at rank 64 on every linear:
+        # 32 · 64 · (4·8192 + 3·15104) = 159,907,840 trainable parameters.
+        separate = eager * (1.0 - mla_mask(x))
         attn_io = pick(mask(targets == 2, h), (h + rec["q_width"]) + (h + kvw),
-                       (h + rec["attn_in"]) + (rec["o_width"] + h))
+                       (h + rec["attn_in"]) + (rec["o_width"] + h) + separate * 2.0 * h)
         is_all = (targets == 0).astype(f64)
-        mlp_io = is_all * ((h + (n_mlp - 1.0) * rec["ffn_dense"]) + (rec["ffn_dense"] + h))
-        moe_io = is_all * phi * ((h + (n_mlp - 1.0) * rec["ffn_moe"]) + (rec["ffn_moe"] + h))
+        mlp_io = is_all * ((h + (n_mlp - 1.0) * rec["ffn_dense"]) + (rec["ffn_dense"] + h)
+                           + eager * (n_mlp - 2.0) * h)
+        moe_io = is_all * phi * ((h + (n_mlp - 1.0) * rec["ffn_moe"]) + (rec["ffn_moe"] + h)
+                                 + eager * (n_mlp - 2.0) * h)
         adapter_layer = r * (attn_io + mlp_io + moe_io * E / e) / t  # parameters per GPU, layer
         adapter_fwd = peft * gemm_flops(T, r, attn_io + mlp_io + moe_io * kk) / t / mm_rate
         dequant: Array | float = 0.0

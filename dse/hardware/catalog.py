@@ -115,7 +115,7 @@ CPU_ADAM_BYTES_PER_PARAM = 30.0
 #: node's GPUs (see :func:`staged_bus_bandwidth`), and a GPU's offload copies at most this fraction over the node's
 #: GPUs (one crossing per byte: :func:`offload_link_rate`).  FITTED on shared/reference
 #: (zhang2023_train_bs1_lora7b.csv, the RTX 3090 and RTX 4090 servers) by python -m dse.validation.fit.
-HOST_STAGED_EFFICIENCY = 0.0785
+HOST_STAGED_EFFICIENCY = 0.0810
 
 
 class CatalogError(ValueError):
