@@ -122,11 +122,15 @@ OPTIMIZER_16BIT = 1
 #: The dtype of LoRA adapters: the base model's 16 bits, or fp32 (HF PEFT 2023 creates ``lora_A`` / ``lora_B`` as
 #: ``nn.Linear`` in the default float32 and moves them to the weight's device only).
 ADAPTER_PRECISION: tuple[str, ...] = ("16bit", "fp32")
-#: How ZeRO-1/2 reduce the gradients: one reduce-scatter per bucket (Megatron's distributed optimizer, FSDP), or
-#: DeepSpeed's stage 1/2 ``average_tensor``: one ``dist.reduce`` per destination rank's slice of each bucket
-#: (deepspeed/runtime/zero/stage_1_and_2.py, v0.9-0.12), buckets of hidden² elements (HF Transformers' "auto"
-#: reduce_bucket_size, transformers/integrations/deepspeed.py) — thousands of small collectives per step.
-DP_REDUCE: tuple[str, ...] = ("reduce_scatter", "reduce_per_rank")
+#: How the gradients are reduced: one collective per bucket (Megatron's distributed optimizer, FSDP, DDP with its
+#: buckets as the gradients' storage), DeepSpeed's stage 1/2 ``average_tensor`` for ZeRO-1/2: one ``dist.reduce``
+#: per destination rank's slice of each bucket (deepspeed/runtime/zero/stage_1_and_2.py, v0.9-0.12), buckets of
+#: hidden² elements (HF Transformers' "auto" reduce_bucket_size, transformers/integrations/deepspeed.py) —
+#: thousands of small collectives per step, or, without ZeRO, PyTorch DDP with ``gradient_as_bucket_view=False``
+#: (its default, and accelerate's): each gradient copied into its bucket and back
+#: (:data:`dse.cost.constants.DDP_COPY_BYTES`).
+DP_REDUCE: tuple[str, ...] = ("reduce_scatter", "reduce_per_rank", "ddp_copy")
+DP_REDUCE_PER_RANK, DP_REDUCE_DDP_COPY = 1, 2
 #: How ZeRO-3 all-gathers a parameter and reduce-scatters its gradient: on one contiguous buffer (NCCL's collective
 #: on a flat tensor: FSDP, ``all_gather_into_tensor``, DeepSpeed from v0.5.5), or over a list of one tensor per rank
 #: (DeepSpeed v0.3's ``torch.distributed.all_gather(partitions, ...)`` / ``reduce_scatter(out, input_list)``), which

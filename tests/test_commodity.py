@@ -209,14 +209,39 @@ def test_hf_lora_adapters_are_counted_module_by_module():
 
 def test_module_profile_of_the_a800_step():
     """Zhang et al. 2023 Table V (tests/reference/zhang2023_module_profiles.md): 7B, Naive, batch 2 per GPU on the
-    A800 server.  Measured here: forward 75.0 ms and optimizer 193.9 ms within 25 %; the backward (250 ms with
-    38.8 ms of exposed communication) is under-predicted by about 30 % (layers and exposed data-parallel sync; the
-    backward GEMMs at 700 tokens run slower than twice the forward in the profile, 3.0-3.7x; dse counts 2x) and is
-    not asserted."""
+    A800 server: forward 75.0 ms, backward 250.0 ms (38.8 ms of it exposed communication), optimizer 193.9 ms.
+    Issue 21 asks each within 25 %.  The backward is the 32 layers' backward plus the exposed data-parallel sync;
+    it holds DDP's bucket copies (dp_reduce = ddp_copy, the deepspeed-2023 profile for ZeRO 0), without which it
+    was 30 % short."""
     row = train(system="a800-sxm-80gb", zero=0, micro_batch=2, global_batch=16, stack="deepspeed-2023",
                 attention="standard")
     assert row["layer_fwd_ms"] * 32 == pytest.approx(75.0, rel=0.25)
+    assert row["layer_bwd_ms"] * 32 + row["time_dp_comm_s"] * 1e3 == pytest.approx(250.0, rel=0.25)
     assert row["time_optimizer_s"] * 1e3 == pytest.approx(193.9, rel=0.25)
+
+
+def test_ddp_bucket_copies_cost_eight_bytes_per_trainable_parameter():
+    """PyTorch DDP with gradient_as_bucket_view=False copies each 16-bit gradient into its bucket and back (read and
+    write each way: 8 bytes per parameter, torch reducer.cpp copy_grad_to_bucket / copy_bucket_to_grad), on the
+    compute stream: the layer's backward grows by 8 bytes per parameter of the layer at the HBM rate; ZeRO-2's
+    DeepSpeed reduction and a single rank have no such copies."""
+    from dse import codes
+    from dse.cost.training import ddp_copy_time
+    mem = hw("a800-sxm-80gb")["memory_rate"]
+    p_layer = 202_383_360.0  # Llama-2-7B: 4 * 4096^2 + 3 * 4096 * 11008 weights per layer
+    copy = ddp_copy_time(codes.DP_REDUCE_DDP_COPY, 0.0, 8.0, 1.0, 0.0, p_layer, 0.0, mem)
+    assert copy == pytest.approx(K.DDP_COPY_BYTES * p_layer / mem)
+    assert ddp_copy_time(codes.DP_REDUCE_DDP_COPY, 2.0, 8.0, 1.0, 0.0, p_layer, 0.0, mem) == 0.0
+    assert ddp_copy_time(codes.DP_REDUCE_DDP_COPY, 0.0, 1.0, 1.0, 0.0, p_layer, 0.0, mem) == 0.0
+    assert ddp_copy_time(0, 0.0, 8.0, 1.0, 0.0, p_layer, 0.0, mem) == 0.0
+    # LoRA: the adapters' fp32 gradients only (tw = 2)
+    lora = ddp_copy_time(codes.DP_REDUCE_DDP_COPY, 0.0, 8.0, 2.0, 1.0, p_layer, 4_997_120.0, mem)
+    assert lora == pytest.approx(2.0 * K.DDP_COPY_BYTES * 4_997_120.0 / mem)
+    fused = train(system="a800-sxm-80gb", zero=0, micro_batch=2, global_batch=16, stack="deepspeed-2023",
+                  attention="standard", dp_reduce="reduce_scatter")
+    ddp = train(system="a800-sxm-80gb", zero=0, micro_batch=2, global_batch=16, stack="deepspeed-2023",
+                attention="standard")
+    assert ddp["layer_bwd_ms"] - fused["layer_bwd_ms"] == pytest.approx(copy * 1e3, rel=1e-4)
 
 
 def test_readme_findings_table_is_the_findings_output():

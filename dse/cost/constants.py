@@ -57,6 +57,14 @@ EMBEDDING_BYTES = 12.0
 #: three states (12), write the 16-bit weight copy (2), plus the gradient-norm read (2).
 ADAM_BYTES_PER_PARAM = 32.0
 
+#: PyTorch DDP with ``gradient_as_bucket_view=False`` (the default of torch.nn.parallel.DistributedDataParallel and of
+#: HF accelerate) keeps its buckets apart from the gradients: the reducer copies each gradient into its bucket in the
+#: backward, divided by the world size as it copies, and the all-reduced bucket back into the gradient when the
+#: backward ends (torch/csrc/distributed/c10d/reducer.cpp ``copy_grad_to_bucket``, ``copy_bucket_to_grad``): a read
+#: and a write of each 16-bit gradient each way, 8 bytes per trainable parameter and micro-batch, on the compute
+#: stream (``dp_reduce = ddp_copy``; twice that for fp32 gradients).
+DDP_COPY_BYTES = 8.0
+
 #: Memory the framework holds besides model states and activations: CUDA context, NCCL buffers and
 #: allocator fragmentation.  ASSUMPTION (not sourced): 2 GB; documented in the README.
 RUNTIME_RESERVED_BYTES = 2.0e9
@@ -73,7 +81,7 @@ QLORA_DEQUANT_BYTES = QLORA_WEIGHT_BYTES + 2.0
 #: "4-bit QLoRA training speed is roughly on par with 16-bit LoRA", artidoro/qlora issue 107; a user: "the time
 #: cost of QLoRa is five times that of LoRa", allenai/open-instruct issue 109).  FITTED on shared/reference
 #: (zhang2023_train_bs1_lora7b.csv, the QLoRA rows) by python -m dse.validation.fit.
-QLORA_DEQUANT_EFFICIENCY = 0.108
+QLORA_DEQUANT_EFFICIENCY = 0.1076
 
 
 # ---- ring collectives: start-up latency (NCCL's tuning model) ---------------------------------------------
@@ -97,14 +105,14 @@ ZERO3_PERSISTENCE_THRESHOLD = 1.0e5
 #: What fetching one parameter on demand costs DeepSpeed besides the collective (the partitioned-parameter
 #: coordinator's Python hooks, the all-gather's launch and the wait before the submodule runs).  FITTED on
 #: shared/reference (zhang2023_train_bs1_lora7b.csv, the A800 ZeRO-3 rows) by python -m dse.validation.fit.
-ZERO3_FETCH_OVERHEAD_S = 204e-6
+ZERO3_FETCH_OVERHEAD_S = 205e-6
 
 # ---- eager PyTorch (HF Transformers modules; kernels = eager, dse.cost.eager) ------------------------------
 #: Fixed time of one small kernel of an eager PyTorch layer besides the bytes it moves (launch, ramp and tail;
 #: a CUDA kernel launch alone costs "about 4-6 us", pegainfer blog; the NVIDIA CUDA Graphs blog measured ~3.8 us
 #: per back-to-back kernel on V100).  FITTED on shared/reference (zhang2023_train_bs1_lora7b.csv with the module
 #: profile of zhang2023_module_profiles.md) by python -m dse.validation.fit.
-EAGER_KERNEL_S = 12.6e-6
+EAGER_KERNEL_S = 12.34e-6
 #: The unfused attention's batched matmuls (QKᵀ, PV; 2·b·a·s²·d FLOPs each, head_dim 128) reach only this fraction
 #: of the 16-bit tensor peak: Zhang et al. 2023 Table VI profiles them at 4.32 + 2.21 ms for 2 × 64 GFLOP on the
 #: A800 (batch 2, sequence 350, 32 layers), 19.6 TFLOP/s of 312 (zhang2023_module_profiles.md).  One Ampere

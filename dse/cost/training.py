@@ -215,6 +215,22 @@ def train_step(inputs: Mapping[str, object], hw: Mapping[str, object],
     return result
 
 
+def ddp_copy_time(dp_reduce: Array, zero: Array, dp_ranks: Array, tw: Array, peft: Array, p_layer: Array,
+                  adapter_layer: Array, mem_rate: Array) -> Array:
+    """Backward time per layer and micro-batch of PyTorch DDP's bucket copies (``dp_reduce = ddp_copy``, without
+    ZeRO, more than one data-parallel rank): DDP_COPY_BYTES per trainable parameter of the layer (the adapters
+    under LoRA; fp32 adapters twice the bytes, ``tw``) at the HBM rate,
+
+        t = DDP_COPY_BYTES · tw · P_trainable,layer / W_mem
+
+    (torch reducer.cpp ``copy_grad_to_bucket`` in each gradient's hook, ``copy_bucket_to_grad`` when the backward
+    ends; :data:`dse.cost.constants.DDP_COPY_BYTES`).  The embedding's and output layer's copies are left out."""
+    f64 = np.asarray(p_layer).dtype.type
+    on = np.asarray((dp_reduce == codes.DP_REDUCE_DDP_COPY) & (zero == 0) & (dp_ranks > 1)).astype(f64)
+    trainable = pick(peft, adapter_layer, p_layer)
+    return on * K.DDP_COPY_BYTES * tw * trainable / mem_rate
+
+
 def attention_span(seq_len: Array, doc_len: Array) -> Array:
     """Keys each query attends over (before the causal halving): the sequence length, or, for packed
     sequences, the mean document length ``doc_len`` (NaN: not packed; above ``seq_len``: one document).
@@ -508,7 +524,8 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
         ew_bwd = pick(eager, eager_bwd, ew_bwd)
 
     fwd_compute = gemm_fwd + attn_fwd + ew_fwd
-    bwd_compute = gemm_bwd + attn_bwd + ew_bwd
+    bwd_compute = gemm_bwd + attn_bwd + ew_bwd + ddp_copy_time(x["dp_reduce"], zero, d * c, tw, peft, p_layer,
+                                                                adapter_layer, mem_rate)
 
     # ---- tensor parallel communication ------------------------------------------------------------------
     S = tp_activation_bytes(T, h)
@@ -653,7 +670,7 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     )
     # DeepSpeed's ZeRO-1/2 reduction: a dist.reduce per destination rank and hidden²-element bucket, each paying
     # a ring collective's start-up (dp_reduce = reduce_per_rank)
-    per_rank = z1 * (1.0 - z3) * (x["dp_reduce"] >= 1).astype(f64)
+    per_rank = z1 * (1.0 - z3) * (x["dp_reduce"] == codes.DP_REDUCE_PER_RANK).astype(f64)
     grad_sync = grad_sync + per_rank * dpc * np.ceil(p_train / (h * h)) * ring_latency(t, dpc, D)
     param_gather = z1 * (allgather_time(2.0 * tw * p_dense_train, dpc, dense_links)
                          + allgather_time(2.0 * p_expert_train, edp, expert_links))
@@ -840,8 +857,8 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     step_param = (1.0 - off_opt) * adam16 * tw * OPTIMIZER_TEMP_BYTES[1] * opt_params
     # DeepSpeed's ZeRO optimizer (the stacks' DeepSpeed knobs: dp_reduce = reduce_per_rank, zero3_fetch = on_demand)
     # casts the partition's gradients to fp32 for the step (memory.zero_step_grad_bytes)
-    ds_zero = (((x["dp_reduce"] >= 1) | (x["zero3_fetch"] == 1)) & (x["optimizer"] == codes.OPTIMIZER_MIXED)
-               & (zero >= 1)).astype(f64)
+    ds_zero = (((x["dp_reduce"] == codes.DP_REDUCE_PER_RANK) | (x["zero3_fetch"] == 1))
+               & (x["optimizer"] == codes.OPTIMIZER_MIXED) & (zero >= 1)).astype(f64)
     step_flat = (1.0 - off_opt) * ds_zero * zero_step_grad_bytes(opt_params, 2.0 * tw)
     phase = phase_peak_bytes(act, step_flat, step_param, T, h, in_use)
     total = weights + grads + optim + buffers + phase
