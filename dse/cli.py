@@ -46,7 +46,7 @@ EXPLAIN_OPTIONS: dict[str, str] = {
     "kernels": "|".join(codes.KERNELS) + " (train: fused kernels, or eager HF modules, one kernel per op)",
     "memory_report": "|".join(codes.MEMORY_REPORT) + " (train: the unit and counter of peak_memory_gb)",
     "adapter_precision": "|".join(codes.ADAPTER_PRECISION) + " (train: the LoRA adapters' dtype)",
-    "dp_reduce": "|".join(codes.DP_REDUCE) + " (train: ZeRO-1/2 gradient reduction)",
+    "dp_reduce": "|".join(codes.DP_REDUCE) + " (train: gradient reduction)",
     "cp_exchange": "ring|allgather", "moe_gemm": "per_expert|grouped",
     "moe_imbalance": "number >= 1 (train: the busiest expert GPU's routed tokens over the mean; empty: 1)",
     "ep_dispatch": "alltoall|deepep",
