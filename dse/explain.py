@@ -14,7 +14,7 @@ import pandas as pd
 from dse import codes
 from dse.cost.inference import OPS, inference_ops
 from dse.cost.memory import optimizer_layout_bytes
-from dse.cost.training import LAYER_BREAKDOWN, MEMORY_BREAKDOWN, TIME_BREAKDOWN
+from dse.cost.training import LAYER_BREAKDOWN, MEMORY_BREAKDOWN, MODULES, TIME_BREAKDOWN
 from dse.frame import evaluate_decode_bound, evaluate_infer, evaluate_routing_skew, evaluate_train, infer_inputs
 from dse.hardware import catalog as hwcat
 
@@ -42,6 +42,22 @@ LAYER_LABELS = {
     "layer_cp_comm_ms": "CP comm (exposed)",
     "layer_ep_comm_ms": "EP all-to-all (exposed)",
     "layer_host_ms": "MoE host work (per-expert launches)",
+}
+MODULE_LABELS = {
+    "embedding": "embedding",
+    "qkv": "QKV projections",
+    "rope": "RoPE (eager kernels)",
+    "attention": "attention core (QK^T, softmax, PV)",
+    "output": "attention output projection",
+    "mlp": "MLP (router, experts)",
+    "norm": "norms (fused: + residual, dropout)",
+    "other": "residual adds, copies, casts",
+    "adapters": "LoRA adapters, NF4 dequantization",
+    "lm_head": "output layer (logits GEMM)",
+    "loss": "loss, final norm, MTP modules",
+    "recompute": "recomputation",
+    "comm": "communication (exposed)",
+    "host": "MoE host work",
 }
 MEMORY_LABELS = {
     "mem_weights_bytes": "weights",
@@ -92,7 +108,7 @@ def explain_row(config: Mapping[str, object], overrides: Overrides | None = None
         row["model"] = config.get("model", "custom model")
         row["task"] = "infer"
         return row
-    out = evaluate_train(frame, source="dse explain", overrides=overrides, with_inputs=True)
+    out = evaluate_train(frame, source="dse explain", overrides=overrides, with_inputs=True, modules=True)
     row = out.iloc[0].copy()
     row["model"] = config.get("model", "custom model")
     row["stack"] = config.get("stack")
@@ -119,7 +135,21 @@ def explain_table(row: pd.Series) -> dict[str, pd.DataFrame]:
         "GB": [float(row[k]) / 1e9 for k in MEMORY_BREAKDOWN],
     })
     memory["share_pct"] = 100.0 * memory["GB"] * 1e9 / mem_total
-    return {"time": time, "layer": layer, "memory": memory}
+    tables = {"time": time, "layer": layer, "memory": memory}
+    if f"module_{MODULES[0]}_fwd_s" in row:
+        tables["modules"] = module_table(row)
+    return tables
+
+
+def module_table(row: pd.Series) -> pd.DataFrame:
+    """The slowest pipeline rank's forward and backward in one step, by module (ms and share of the phase), as a
+    profiler attributes kernels to the model's modules (:data:`dse.cost.training.MODULES`; Zhang et al. 2023
+    Table VI is such a table).  The backward holds the exposed communication and the recomputation."""
+    fwd = np.array([float(row[f"module_{k}_fwd_s"]) for k in MODULES]) * 1e3
+    bwd = np.array([float(row[f"module_{k}_bwd_s"]) for k in MODULES]) * 1e3
+    return pd.DataFrame({"module": list(MODULES), "term": [MODULE_LABELS[k] for k in MODULES],
+                         "fwd_ms": fwd, "fwd_pct": 100.0 * fwd / fwd.sum(),
+                         "bwd_ms": bwd, "bwd_pct": 100.0 * bwd / bwd.sum()})
 
 
 def bottleneck(row: pd.Series) -> str:
@@ -238,6 +268,14 @@ def format_explain(row: pd.Series) -> str:
                  f"(forward {float(row['layer_fwd_ms']):.3f} ms, backward {float(row['layer_bwd_ms']):.3f} ms)")
     for _, r in tables["layer"].iterrows():
         lines.append(f"  {r['term']:<40s} {r['ms']:12.3f} ms {r['share_pct']:6.1f} %")
+    if "modules" in tables:
+        mods = tables["modules"]
+        lines.append("")
+        lines.append("Forward and backward by module, one step of the slowest pipeline rank "
+                     f"(forward {mods['fwd_ms'].sum():.1f} ms, backward {mods['bwd_ms'].sum():.1f} ms)")
+        for _, r in mods.loc[(mods["fwd_ms"] > 0) | (mods["bwd_ms"] > 0)].iterrows():
+            lines.append(f"  {r['term']:<40s} {r['fwd_ms']:10.2f} ms {r['fwd_pct']:5.1f} %"
+                         f" {r['bwd_ms']:10.2f} ms {r['bwd_pct']:5.1f} %")
     lines.append("")
     lines.append("Throughput")
     lines.append(f"  {'tokens/s':<40s} {float(row['tokens_per_s']):14.1f}")

@@ -8,6 +8,7 @@ optional knobs of this model (:data:`OPTIONAL_KNOBS`).  Empty cells take the def
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Container, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from dse.cost.architecture import (
 )
 from dse.cost.inference import INFER_METRICS, decode_hbm_bound, infer_step, routing_skew
 from dse.cost.select import INT_DOMAIN_MAX
-from dse.cost.training import TRAIN_METRICS, train_step
+from dse.cost.training import MODULE_METRICS, TRAIN_METRICS, train_step
 from dse.defaults import (  # noqa: F401 (re-export)
     CATEGORICAL,
     CATEGORICAL_DEFAULTS,
@@ -392,15 +393,18 @@ def train_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
 
 def evaluate_train(frame: pd.DataFrame, source: str = "<frame>",
                    overrides: dict[tuple[str, str], float] | None = None,
-                   with_inputs: bool | Container[str] = False) -> pd.DataFrame:
+                   with_inputs: bool | Container[str] = False, modules: bool = False) -> pd.DataFrame:
     """Training outputs for every row of ``frame`` (same index), as typed columns.
 
     With ``with_inputs`` the resolved inputs (defaults filled) and the GPU's HBM capacity come first (a collection:
-    only the inputs it names).
+    only the inputs it names); with ``modules`` the forward and backward by module
+    (:data:`dse.cost.training.MODULE_METRICS`) follow the metrics.
     """
     x, sys_codes = train_inputs(frame, source)
-    block, res = in_tiles(train_step, x, sys_codes, TRAIN_METRICS, overrides)
-    out = _metric_frame(block, TRAIN_METRICS, frame.index)
+    metrics = TRAIN_METRICS + (MODULE_METRICS if modules else ())
+    step = functools.partial(train_step, modules=True) if modules else train_step
+    block, res = in_tiles(step, x, sys_codes, metrics, overrides)
+    out = _metric_frame(block, metrics, frame.index)
     out["fits"] = res["fits"].astype(bool)
     reason = res["reason"].astype(np.int64)
     out["infeasible_reason"] = pd.Categorical.from_codes(reason, categories=pd.Index(codes.REASONS))

@@ -47,13 +47,17 @@ from dse.cost.architecture import (
 )
 from dse.cost.compute import gemm_bytes, gemm_flops, matmul_rates, operand_bytes, roofline_time
 from dse.cost.eager import (
+    MODULE_KERNELS,
     PEFT_ADAPTER_BYTES,
+    PEFT_ADAPTER_KERNELS,
+    UNFUSED_ATTENTION_KERNELS,
     adapted_modules,
     adapted_outputs,
     eager_activation_terms,
     eager_bmm_time,
     eager_elementwise_bytes,
     eager_kernels,
+    eager_module_bytes,
     eager_score_bytes,
 )
 from dse.cost.host import cpu_adam_time, host_state_bytes, offload_gradient_bytes, offload_parameter_bytes
@@ -152,6 +156,14 @@ LAYER_BREAKDOWN: tuple[str, ...] = (
     "layer_cp_comm_ms", "layer_ep_comm_ms", "layer_host_ms",
 )
 
+#: Modules of ``dse explain``'s forward/backward table (:func:`train_step` with ``modules``): the slowest pipeline
+#: rank's step, per GPU, module by module -- as a profiler attributes kernel time to the model's modules (Zhang et
+#: al. 2023 Table VI).  Summed over forward and backward they are ``time_compute_s`` + ``time_recompute_s`` + the
+#: exposed communication (tensor, context, expert, pipeline, data parallel) + ``time_host_s``.
+MODULES: tuple[str, ...] = ("embedding", "qkv", "rope", "attention", "output", "mlp", "norm", "other", "adapters",
+                            "lm_head", "loss", "recompute", "comm", "host")
+MODULE_METRICS: tuple[str, ...] = tuple(f"module_{k}_{phase}_s" for k in MODULES for phase in ("fwd", "bwd"))
+
 #: Components whose sum is ``mem_total_bytes`` exactly (for the peak stage).
 MEMORY_BREAKDOWN: tuple[str, ...] = (
     "mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes",
@@ -160,14 +172,16 @@ MEMORY_BREAKDOWN: tuple[str, ...] = (
 
 
 def train_step(inputs: Mapping[str, object], hw: Mapping[str, object],
-               out_dtype: type = np.float64) -> dict[str, Array]:
+               out_dtype: type = np.float64, modules: bool = False) -> dict[str, Array]:
     """Evaluate the training cost model.
 
     ``inputs`` holds :data:`TRAIN_INPUTS`, ``hw`` the :data:`dse.hardware.catalog.HARDWARE_COLUMNS`
     (achieved rates, SI units), each a scalar or an array; the result maps :data:`TRAIN_METRICS` plus
     ``fits`` (bool) and ``reason`` (int code into :data:`dse.codes.REASONS`) to arrays of the broadcast
-    shape (``out_dtype``: float64 for tables; sweeps take the kernel's float32 as is).
+    shape (``out_dtype``: float64 for tables; sweeps take the kernel's float32 as is).  With ``modules`` the
+    result also holds :data:`MODULE_METRICS` (``dse explain``).
     """
+    metrics = TRAIN_METRICS + (MODULE_METRICS if modules else ())
     names = TRAIN_INPUTS + HARDWARE_COLUMNS
     arrays = np.broadcast_arrays(
         *[np.asarray(model_input(inputs, k), dtype=DTYPE) for k in TRAIN_INPUTS],
@@ -184,24 +198,24 @@ def train_step(inputs: Mapping[str, object], hw: Mapping[str, object],
         # arithmetic is the same either way, so results do not depend on the batch.
         if n_ok < COMPACT_BELOW * ok.size:
             idx = np.flatnonzero(ok)
-            sub = _train_step({k: v[idx] for k, v in cols.items()})
-            block = np.full((len(TRAIN_METRICS), ok.size), np.nan, dtype=out_dtype)
-            out = dict(zip(TRAIN_METRICS, block, strict=True))
-            for k in TRAIN_METRICS:
+            sub = _train_step({k: v[idx] for k, v in cols.items()}, modules)
+            block = np.full((len(metrics), ok.size), np.nan, dtype=out_dtype)
+            out = dict(zip(metrics, block, strict=True))
+            for k in metrics:
                 out[k][idx] = sub[k]
             exceeds = np.zeros(ok.size, dtype=bool)
             exceeds[idx] = ~sub["fits"]
             host_exceeds = np.zeros(ok.size, dtype=bool)
             host_exceeds[idx] = ~sub["host_fits"]
         elif n_ok == ok.size:  # every row divides: the kernel's values as they are
-            full = _train_step(cols)
-            out = {k: full[k].astype(out_dtype, copy=False) for k in TRAIN_METRICS}
+            full = _train_step(cols, modules)
+            out = {k: full[k].astype(out_dtype, copy=False) for k in metrics}
             exceeds = ~full["fits"]
             host_exceeds = np.broadcast_to(~full["host_fits"], ok.shape)
         else:
-            full = _train_step(cols)
+            full = _train_step(cols, modules)
             nan_mask = np.where(ok, 0.0, np.nan).astype(DTYPE)  # one select; metrics get NaN by an addition
-            out = {k: (full[k] + nan_mask).astype(out_dtype, copy=False) for k in TRAIN_METRICS}
+            out = {k: (full[k] + nan_mask).astype(out_dtype, copy=False) for k in metrics}
             exceeds = ok & ~full["fits"]
             host_exceeds = ok & ~full["host_fits"]
     host_exceeds = host_exceeds & ~exceeds  # the GPU's memory is named first
@@ -334,7 +348,7 @@ def gather_once_bytes(stage_params: Array, dp_shards: Array, reduce_bytes: Array
     return 2.0 * stage_params * (1.0 - 1.0 / dp_shards), reduce_bytes * stage_params
 
 
-def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one formula, read top to bottom
+def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:  # noqa: PLR0915 - one formula, read top to bottom
     L, h, a, f, V = x["layers"], x["hidden"], x["heads"], x["ffn_hidden"], x["vocab"]
     E, topk, mlp = x["experts"], x["top_k"], x["mlp"]
     gpus, t, p, d, c, e, v = x["gpus"], x["tp"], x["pp"], x["dp"], x["cp"], x["ep"], x["vpp"]
@@ -417,10 +431,13 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     # ---- GEMMs of one layer, forward (backward = dgrad + wgrad, each the forward's shape) ---------------
     shapes = layer_gemms(T, h, rec, t, et, kk, ob, E / e)
     n_qkv = shapes[0][1]
-    gemm_fwd = 0.0
-    for gm, gn, gk, w, share in shapes[:4]:
-        gemm_fwd = gemm_fwd + share * roofline_time(gemm_flops(gm, gn, gk), gemm_bytes(gm, gn, gk, ob, w, 2.0),
-                                                    mm_rate, mem_rate)
+    # attention in, attention out, dense FFN in and out (kept apart for dse explain's module table)
+    qkv_gemm, out_gemm, fc1_gemm, fc2_gemm = (
+        share * roofline_time(gemm_flops(gm, gn, gk), gemm_bytes(gm, gn, gk, ob, w, 2.0), mm_rate, mem_rate)
+        for gm, gn, gk, w, share in shapes[:4])
+    gemm_fwd = qkv_gemm + out_gemm + fc1_gemm + fc2_gemm
+    routed_gemm: Array | float = 0.0
+    up_gemm: Array | float = 0.0
     # the routed experts and MLA's up projections, computed on the rows that have them (a sweep mixes models)
     if any_moe:
         def routed(sub: Any) -> Array:
@@ -432,13 +449,16 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
             return out
         # the GPU with the most tokens routed to its experts paces the layer (moe_imbalance: its load over the
         # mean, 1 = balanced; the all-to-all below too)
-        gemm_fwd = gemm_fwd + on_rows(phi > 0, lambda sub: sub(imbalance) * routed(sub), T)
+        routed_gemm = on_rows(phi > 0, lambda sub: sub(imbalance) * routed(sub), T)
+        gemm_fwd = gemm_fwd + routed_gemm
     if any_mla:
         def up(sub: Any) -> Array:
             flops, moved = mla_up_projection(sub(T), {k: sub(v) for k, v in rec.items()}, sub(t), sub(ob))
             return roofline_time(flops, moved, sub(mm_rate), sub(mem_rate))
-        gemm_fwd = gemm_fwd + on_rows(mla_mask(x) > 0, up, T)
-    gemm_fwd = gemm_fwd + phi * gemm_flops(T, E, h) / rate16  # router
+        up_gemm = on_rows(mla_mask(x) > 0, up, T)
+        gemm_fwd = gemm_fwd + up_gemm
+    router_gemm = phi * gemm_flops(T, E, h) / rate16
+    gemm_fwd = gemm_fwd + router_gemm
     # ---- parameters of the mean layer held per GPU -------------------------------------------------------
     p_attn = (h * rec["attn_in"] + rec["up_params"] + rec["o_width"] * h) / t + h * rec["attn_rep"]
     p_expert_layer = phi * (E / e) * rec["expert_params"] / et
@@ -451,6 +471,8 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     r = x["lora_rank"]
     targets = x["lora_targets"]
     adapter_layer: Array | float = 0.0
+    adapter_fwd: Array | float = 0.0
+    dequant: Array | float = 0.0
     if any_peft:
         # Fused projections (Megatron/NeMo: linear_qkv, linear_fc1 = gate + up) carry one adapter each, whose
         # lora_A reads h once; HF's modules (kernels = eager) are separate q, k, v and gate, up Linears, each with
@@ -468,7 +490,6 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
                                  + eager * (n_mlp - 2.0) * h)
         adapter_layer = r * (attn_io + mlp_io + moe_io * E / e) / t  # parameters per GPU, layer
         adapter_fwd = peft * gemm_flops(T, r, attn_io + mlp_io + moe_io * kk) / t / mm_rate
-        dequant: Array | float = 0.0
         if any_qlora:
             # per use of the weights, at the dequantization kernel's fraction of the HBM rate
             dequant = qlora * K.QLORA_DEQUANT_BYTES * p_layer / (mem_rate * K.QLORA_DEQUANT_EFFICIENCY)
@@ -512,20 +533,21 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
     ew_bwd = (K.RESIDUAL_BWD_BYTES * resid + act_bwd_bytes * act_elems + cast_bwd) / mem_rate
     if any_eager:  # eager PyTorch modules: every operation its own kernel (dse.cost.eager)
         qk = T * (rec["q_width"] + kvw) / t
+        kvw_t = T * kvw / t  # elements of v
         adapted = peft * adapted_modules(x["lora_targets"], n_mlp)
         adapter_out = peft * adapted_outputs(x["lora_targets"], h, kvw, f, n_mlp) * T / t
-        eager_fwd = ((eager_elementwise_bytes(resid, 1.0, qk / resid, act_elems, swiglu, backward=False)
+        eager_fwd = ((eager_elementwise_bytes(resid, qk, kvw_t, act_elems, swiglu, backward=False)
                       + PEFT_ADAPTER_BYTES[0] * adapter_out) / mem_rate
                      + eager_kernels(standard, adapted, backward=False) * K.EAGER_KERNEL_S)
-        eager_bwd = ((eager_elementwise_bytes(resid, 1.0, qk / resid, act_elems, swiglu, backward=True)
+        eager_bwd = ((eager_elementwise_bytes(resid, qk, kvw_t, act_elems, swiglu, backward=True)
                       + PEFT_ADAPTER_BYTES[1] * adapter_out) / mem_rate
                      + eager_kernels(standard, adapted, backward=True) * K.EAGER_KERNEL_S)
         ew_fwd = pick(eager, eager_fwd, ew_fwd)
         ew_bwd = pick(eager, eager_bwd, ew_bwd)
 
     fwd_compute = gemm_fwd + attn_fwd + ew_fwd
-    bwd_compute = gemm_bwd + attn_bwd + ew_bwd + ddp_copy_time(x["dp_reduce"], zero, d * c, tw, peft, p_layer,
-                                                                adapter_layer, mem_rate)
+    ddp_copy = ddp_copy_time(x["dp_reduce"], zero, d * c, tw, peft, p_layer, adapter_layer, mem_rate)
+    bwd_compute = gemm_bwd + attn_bwd + ew_bwd + ddp_copy
 
     # ---- tensor parallel communication ------------------------------------------------------------------
     S = tp_activation_bytes(T, h)
@@ -870,8 +892,58 @@ def _train_step(x: dict[str, Array]) -> dict[str, Array]:  # noqa: PLR0915 - one
         "peak_memory_gb": total / pick(gib, 2.0**30, 1e9),
     })
 
+    if modules:  # dse explain: the step's forward and backward by module (MODULES)
+        # layer modules, per layer and micro-batch: each GEMM backward twice its forward (frozen: once), the
+        # element-wise work where it runs, an eager module's kernels at EAGER_KERNEL_S each, DDP's bucket copies
+        # with the module whose parameters they copy
+        twice = 2.0 - peft
+        mod = {"qkv": qkv_gemm + up_gemm, "output": out_gemm, "mlp": fc1_gemm + fc2_gemm + routed_gemm + router_gemm}
+        fwd_m = {**mod, "attention": attn_fwd, "adapters": adapter_fwd + dequant}
+        bwd_m = {k: twice * v for k, v in mod.items()}
+        bwd_m |= {"attention": attn_bwd, "adapters": 2.0 * adapter_fwd + dequant}
+        for phase_m, i in ((fwd_m, 0), (bwd_m, 1)):
+            # element-wise bytes: fused kernels' norm + residual + dropout, activation and fp8 casts, or eager's
+            moved = {"norm": (K.RESIDUAL_FWD_BYTES, K.RESIDUAL_BWD_BYTES)[i] * resid,
+                     "mlp": (act_fwd_bytes, act_bwd_bytes)[i] * act_elems, "other": (cast_fwd, cast_bwd)[i],
+                     "rope": 0.0 * resid}
+            if any_eager:
+                parts = eager_module_bytes(resid, qk, kvw_t, act_elems, swiglu, backward=bool(i))
+                moved = {k: pick(eager, parts[k], v) for k, v in moved.items()}
+                launches = {k: n[i] for k, n in MODULE_KERNELS.items()}
+                launches["attention"] = launches["attention"] - (1.0 - standard) * UNFUSED_ATTENTION_KERNELS[i]
+                for k, n in launches.items():
+                    phase_m[k] = phase_m.get(k, 0.0) + eager * n * K.EAGER_KERNEL_S
+                phase_m["adapters"] = phase_m["adapters"] + eager * (PEFT_ADAPTER_BYTES[i] * adapter_out / mem_rate
+                                                                     + adapted * PEFT_ADAPTER_KERNELS[i]
+                                                                     * K.EAGER_KERNEL_S)
+            for k, v in moved.items():
+                phase_m[k] = phase_m.get(k, 0.0) + v / mem_rate
+        p_qkv = (h * rec["attn_in"] + rec["up_params"]) / t + h * rec["attn_rep"]
+        p_out = rec["o_width"] * h / t
+        for k, share in (("qkv", p_qkv), ("output", p_out), ("mlp", p_layer - p_qkv - p_out)):
+            bwd_m[k] = bwd_m[k] + (1.0 - peft) * ddp_copy * share / p_layer
+        bwd_m["adapters"] = bwd_m["adapters"] + peft * ddp_copy
+        n_layers = m * lps
+        # the slowest rank's extras: the embedding on the first rank, the output layer and the loss on the last
+        first_slowest = (1.0 - mid_slowest) * (t_first >= t_last).astype(f64)
+        emb_on = pick(single, 1.0, first_slowest)
+        head_on = pick(single, 1.0, (1.0 - mid_slowest) * (1.0 - first_slowest))
+        comm_fwd = n_layers * (tp_fwd + cp_fwd + ep_fwd)
+        steps = {"embedding": (m * emb_on * first_extra, 0.0 * m)}
+        steps |= {k: (n_layers * fwd_m[k], n_layers * bwd_m[k]) for k in MODULES[1:9]}
+        steps |= {
+            "lm_head": (m * head_on * logits_gemm, m * head_on * 2.0 * logits_gemm),
+            "loss": (m * head_on * (last_extra - 3.0 * logits_gemm), 0.0 * m),
+            "recompute": (0.0 * m, n_layers * recompute),
+            "comm": (comm_fwd, n_layers * (layer_tp + layer_cp + layer_ep) - comm_fwd + m * pp_exposed + dp_exposed),
+            "host": (n_layers * host_fwd, n_layers * (layer_host - host_fwd)),
+        }
+        for k, (fwd_s, bwd_s) in steps.items():
+            out[f"module_{k}_fwd_s"] = fwd_s + 0.0 * step
+            out[f"module_{k}_bwd_s"] = bwd_s + 0.0 * step
+
     # in the kernel's dtype: train_step casts once, to the caller's
-    result: dict[str, Array] = {k: out[k] for k in TRAIN_METRICS}
+    result: dict[str, Array] = {k: out[k] for k in TRAIN_METRICS + (MODULE_METRICS if modules else ())}
     result["fits"] = total <= hw["hbm_bytes"]
     result["host_fits"] = host_state <= hw["host_mem_bytes"]
     return result
