@@ -29,14 +29,14 @@ TIME_LABELS = {
     "time_host_s": "MoE host work (per-expert launches)",
     "time_pp_comm_s": "pipeline send/recv (exposed)",
     "time_bubble_s": "pipeline bubble",
-    "time_dp_comm_s": "data-parallel sync (exposed)",
+    "time_dp_comm_s": "data-parallel sync (exposed, grad copies)",
     "time_optimizer_s": "optimizer step",
     "time_offload_s": "CPU offload (copies, CPU Adam; exposed)",
 }
 LAYER_LABELS = {
     "layer_gemm_ms": "GEMMs",
     "layer_attention_ms": "attention core",
-    "layer_elementwise_ms": "norms, activations, dropout, casts",
+    "layer_elementwise_ms": "norms, activations, casts, grad copies",
     "layer_recompute_ms": "recomputation",
     "layer_tp_comm_ms": "TP comm (exposed)",
     "layer_cp_comm_ms": "CP comm (exposed)",

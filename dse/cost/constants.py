@@ -64,6 +64,14 @@ ADAM_BYTES_PER_PARAM = 32.0
 #: and a write of each 16-bit gradient each way, 8 bytes per trainable parameter and micro-batch, on the compute
 #: stream (``dp_reduce = ddp_copy``; twice that for fp32 gradients).
 DDP_COPY_BYTES = 8.0
+#: DeepSpeed ZeRO-1/2 with ``contiguous_gradients`` (its default): each 16-bit gradient copied into the reduction
+#: bucket in its hook, a read and a write (deepspeed/runtime/zero/stage_1_and_2.py v0.10.3
+#: ``reduce_independent_p_g_buckets_and_remove_grads``), and the same bytes again for the rank's own slice copied into
+#: its gradient partition (``copy_grads_in_partition``).
+DEEPSPEED_BUCKET_COPY_BYTES = 4.0
+#: The bucket divided in place by the data-parallel world size before it is reduced (``average_tensor``:
+#: ``tensor.div_``), a read and a write of each 16-bit gradient.
+DEEPSPEED_BUCKET_AVERAGE_BYTES = 4.0
 
 #: Memory the framework holds besides model states and activations: CUDA context, NCCL buffers and
 #: allocator fragmentation.  ASSUMPTION (not sourced): 2 GB; documented in the README.
@@ -112,7 +120,7 @@ ZERO3_FETCH_OVERHEAD_S = 205e-6
 #: a CUDA kernel launch alone costs "about 4-6 us", pegainfer blog; the NVIDIA CUDA Graphs blog measured ~3.8 us
 #: per back-to-back kernel on V100).  FITTED on shared/reference (zhang2023_train_bs1_lora7b.csv with the module
 #: profile of zhang2023_module_profiles.md) by python -m dse.validation.fit.
-EAGER_KERNEL_S = 11.97e-6
+EAGER_KERNEL_S = 11.48e-6
 #: The unfused attention's batched matmuls (QKᵀ, PV; 2·b·a·s²·d FLOPs each, head_dim 128) reach only this fraction
 #: of the 16-bit tensor peak: Zhang et al. 2023 Table VI profiles them at 4.32 + 2.21 ms for 2 × 64 GFLOP on the
 #: A800 (batch 2, sequence 350, 32 layers), 19.6 TFLOP/s of 312 (zhang2023_module_profiles.md).  One Ampere

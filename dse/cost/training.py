@@ -245,6 +245,30 @@ def ddp_copy_time(dp_reduce: Array, zero: Array, dp_ranks: Array, tw: Array, pef
     return on * K.DDP_COPY_BYTES * tw * trainable / mem_rate
 
 
+def zero12_bucket_copy_time(dp_reduce: Array, zero: Array, dp_ranks: Array, dp_overlap: Array, offload: Array,
+                            microbatches: Array, tw: Array, peft: Array, p_layer: Array, adapter_layer: Array,
+                            mem_rate: Array) -> Array:
+    """Backward time per layer and micro-batch of DeepSpeed ZeRO-1/2's gradient buckets (``dp_reduce =
+    reduce_per_rank``, ZeRO 1 or 2, more than one data-parallel rank), read off ``stage_1_and_2.py`` (v0.10.3) with
+    its default ``contiguous_gradients``: each gradient's hook copies it into the reduction bucket on the compute
+    stream (``reduce_independent_p_g_buckets_and_remove_grads``: ``new_grad_tensor.copy_(grad)``, a read and a write,
+    DEEPSPEED_BUCKET_COPY_BYTES); without ``overlap_comm`` (``dp_overlap`` 0, the ZeRO-1/2 default) the bucket's
+    in-place division by the world size (``average_tensor``: ``tensor.div_``, DEEPSPEED_BUCKET_AVERAGE_BYTES) and the
+    copy of the rank's own slice into its gradient partition (``copy_grads_in_partition``, the bucket copy's bytes over
+    the ranks; to the host instead with offload) run on that stream too:
+
+        t = tw · P_trainable,layer · (B_copy + (1 − overlap) · (B_avg + (1 − offload) · B_copy / N_dp)) / W_mem
+
+    ZeRO-2 reduces every micro-batch; ZeRO-1 only at the accumulation boundary, one micro-batch of ``microbatches``."""
+    f64 = np.asarray(p_layer).dtype.type
+    on = np.asarray((dp_reduce == codes.DP_REDUCE_PER_RANK) & (zero >= 1) & (zero < 3) & (dp_ranks > 1)).astype(f64)
+    every = pick(mask(zero >= 2, p_layer), 1.0, 1.0 / microbatches)
+    serial = 1.0 - dp_overlap
+    moved = K.DEEPSPEED_BUCKET_COPY_BYTES + serial * (K.DEEPSPEED_BUCKET_AVERAGE_BYTES
+                                                      + (1.0 - offload) * K.DEEPSPEED_BUCKET_COPY_BYTES / dp_ranks)
+    return on * every * moved * tw * pick(peft, adapter_layer, p_layer) / mem_rate
+
+
 def attention_span(seq_len: Array, doc_len: Array) -> Array:
     """Keys each query attends over (before the causal halving): the sequence length, or, for packed
     sequences, the mean document length ``doc_len`` (NaN: not packed; above ``seq_len``: one document).
@@ -546,8 +570,11 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
         ew_bwd = pick(eager, eager_bwd, ew_bwd)
 
     fwd_compute = gemm_fwd + attn_fwd + ew_fwd
-    ddp_copy = ddp_copy_time(x["dp_reduce"], zero, d * c, tw, peft, p_layer, adapter_layer, mem_rate)
-    bwd_compute = gemm_bwd + attn_bwd + ew_bwd + ddp_copy
+    # gradient copies on the compute stream: DDP's buckets, or DeepSpeed ZeRO-1/2's
+    grad_copy = ddp_copy_time(x["dp_reduce"], zero, d * c, tw, peft, p_layer, adapter_layer, mem_rate)
+    grad_copy = grad_copy + zero12_bucket_copy_time(x["dp_reduce"], zero, d * c, dp_overlap, off_opt, m, tw, peft,
+                                                    p_layer, adapter_layer, mem_rate)
+    bwd_compute = gemm_bwd + attn_bwd + ew_bwd + grad_copy
 
     # ---- tensor parallel communication ------------------------------------------------------------------
     S = tp_activation_bytes(T, h)
@@ -803,14 +830,15 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
         * 1e3,
         "layer_gemm_ms": (gemm_fwd + gemm_bwd) * 1e3,
         "layer_attention_ms": (attn_fwd + attn_bwd) * 1e3,
-        "layer_elementwise_ms": (ew_fwd + ew_bwd) * 1e3,
+        "layer_elementwise_ms": (ew_fwd + ew_bwd + grad_copy) * 1e3,
         "layer_recompute_ms": recompute * 1e3,
         "layer_tp_comm_ms": layer_tp * 1e3,
         "layer_cp_comm_ms": layer_cp * 1e3,
         "layer_ep_comm_ms": layer_ep * 1e3,
         "layer_host_ms": layer_host * 1e3,
         "microbatches": m,
-        "time_compute_s": m * (lps * layer_compute + extra_slowest),
+        # the gradient bucket copies are data-parallel synchronisation done on the compute stream (not overlapped)
+        "time_compute_s": m * (lps * (layer_compute - grad_copy) + extra_slowest),
         "time_recompute_s": m * lps * recompute,
         "time_tp_comm_s": m * lps * layer_tp,
         "time_cp_comm_s": m * lps * layer_cp,
@@ -818,7 +846,7 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
         "time_host_s": m * lps * layer_host,
         "time_pp_comm_s": m * pp_exposed,
         "time_bubble_s": bubble,
-        "time_dp_comm_s": dp_exposed,
+        "time_dp_comm_s": dp_exposed + m * lps * grad_copy,
         "time_optimizer_s": t_opt,
         "time_offload_s": offload,
         "params_total": params_total,
@@ -894,8 +922,8 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
 
     if modules:  # dse explain: the step's forward and backward by module (MODULES)
         # layer modules, per layer and micro-batch: each GEMM backward twice its forward (frozen: once), the
-        # element-wise work where it runs, an eager module's kernels at EAGER_KERNEL_S each, DDP's bucket copies
-        # with the module whose parameters they copy
+        # element-wise work where it runs, an eager module's kernels at EAGER_KERNEL_S each, the gradient bucket
+        # copies with the module whose parameters they copy
         twice = 2.0 - peft
         mod = {"qkv": qkv_gemm + up_gemm, "output": out_gemm, "mlp": fc1_gemm + fc2_gemm + routed_gemm + router_gemm}
         fwd_m = {**mod, "attention": attn_fwd, "adapters": adapter_fwd + dequant}
@@ -921,8 +949,8 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
         p_qkv = (h * rec["attn_in"] + rec["up_params"]) / t + h * rec["attn_rep"]
         p_out = rec["o_width"] * h / t
         for k, share in (("qkv", p_qkv), ("output", p_out), ("mlp", p_layer - p_qkv - p_out)):
-            bwd_m[k] = bwd_m[k] + (1.0 - peft) * ddp_copy * share / p_layer
-        bwd_m["adapters"] = bwd_m["adapters"] + peft * ddp_copy
+            bwd_m[k] = bwd_m[k] + (1.0 - peft) * grad_copy * share / p_layer
+        bwd_m["adapters"] = bwd_m["adapters"] + peft * grad_copy
         n_layers = m * lps
         # the slowest rank's extras: the embedding on the first rank, the output layer and the loss on the last
         first_slowest = (1.0 - mid_slowest) * (t_first >= t_last).astype(f64)
