@@ -404,3 +404,14 @@ def test_eager_activations_raise_the_step_peak_only_where_activations_set_it():
     op = {"system": "h100-sxm-80gb", "stack": "torchtitan-2024.12", "recompute": "op", "zero": 3}
     assert train(**op)["mem_activations_bytes"] == pytest.approx(train(**op, kernels="fused")["mem_activations_bytes"],
                                                                 rel=1e-6)
+
+
+def test_peft_adapter_outputs_take_the_query_width():
+    """HF PEFT's scaling and add run over each adapted module's output features.  Qwen3-32B (hidden 5120, 64 heads of
+    head_dim 128, 8 KV heads, FFN 25600; its config.json) has a q_proj of 64 x 128 = 8192 outputs, not 5120: on every
+    linear the outputs are q 8192 + k 1024 + v 1024 + o 5120 + gate 25600 + up 25600 + down 5120 = 71,680 per token;
+    on q and v, 9216."""
+    from dse.cost.eager import adapted_outputs
+    assert adapted_outputs(0, 5120.0, 8192.0, 1024.0, 25600.0, 3.0) == 8192 + 2 * 1024 + 5120 + 2 * 25600 + 5120
+    assert adapted_outputs(2, 5120.0, 8192.0, 1024.0, 25600.0, 3.0) == 8192 + 1024
+    assert adapted_outputs(1, 5120.0, 8192.0, 1024.0, 25600.0, 3.0) == 8192 + 2 * 1024 + 5120

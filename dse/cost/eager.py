@@ -122,14 +122,16 @@ def adapted_modules(lora_targets: Array, mlp_matrices: Array) -> Array:
             + mask(lora_targets == 2, lora_targets) * 2.0)
 
 
-def adapted_outputs(lora_targets: Array, hidden: Array, kv_width: Array, ffn: Array, mlp_matrices: Array) -> Array:
+def adapted_outputs(lora_targets: Array, hidden: Array, q_width: Array, kv_width: Array, ffn: Array,
+                    mlp_matrices: Array) -> Array:
     """Output features per token of the adapted modules (what the adapters' scaling and add touch): q, k, v, o
-    (2h + 2w), the MLP's (matrices − 1)·f + h, or q and v (h + w)."""
-    attention = 2.0 * hidden + 2.0 * kv_width
+    (q width + 2w + h; q width = heads · head_dim, h for Llama), the MLP's (matrices − 1)·f + h, or q and v
+    (q width + w)."""
+    attention = q_width + 2.0 * kv_width + hidden
     mlp = (mlp_matrices - 1.0) * ffn + hidden
     every, attention_only = mask(lora_targets == 0, lora_targets), mask(lora_targets == 1, lora_targets)
     return every * (attention + mlp) + attention_only * attention + mask(lora_targets == 2, lora_targets) * (
-        hidden + kv_width)
+        q_width + kv_width)
 
 
 def eager_activation_terms(tokens: Array, micro_batch: Array, seq_len: Array, heads: Array, hidden: Array,

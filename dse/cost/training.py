@@ -559,7 +559,7 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
         qk = T * (rec["q_width"] + kvw) / t
         kvw_t = T * kvw / t  # elements of v
         adapted = peft * adapted_modules(x["lora_targets"], n_mlp)
-        adapter_out = peft * adapted_outputs(x["lora_targets"], h, kvw, f, n_mlp) * T / t
+        adapter_out = peft * adapted_outputs(x["lora_targets"], h, rec["q_width"], kvw, f, n_mlp) * T / t
         eager_fwd = ((eager_elementwise_bytes(resid, qk, kvw_t, act_elems, swiglu, backward=False)
                       + PEFT_ADAPTER_BYTES[0] * adapter_out) / mem_rate
                      + eager_kernels(standard, adapted, backward=False) * K.EAGER_KERNEL_S)
