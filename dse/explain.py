@@ -59,6 +59,12 @@ MODULE_LABELS = {
     "comm": "communication (exposed)",
     "host": "MoE host work",
 }
+#: The named parts of a step term that ``dse explain`` prints under it (dse.cost.training.DETAIL_METRICS).
+DETAIL_LABELS = {
+    "time_compute_s": (("detail_kernel_launch_s", "eager kernels' fixed time"),),
+    "time_dp_comm_s": (("detail_grad_copy_s", "gradient bucket copies"),),
+    "time_offload_s": (("detail_cpu_adam_s", "CPU Adam step"), ("detail_offload_copies_s", "host copies (exposed)")),
+}
 MEMORY_LABELS = {
     "mem_weights_bytes": "weights",
     "mem_grads_bytes": "gradients",
@@ -260,8 +266,12 @@ def format_explain(row: pd.Series) -> str:
     tables = explain_table(row)
     lines.append("")
     lines.append(f"Step time per optimizer step ({int(row['microbatches'])} micro-batches per pipeline)")
-    for _, r in tables["time"].iterrows():
+    for key, (_, r) in zip(TIME_BREAKDOWN, tables["time"].iterrows(), strict=True):
         lines.append(f"  {r['term']:<40s} {r['seconds']:12.4f} s  {r['share_pct']:6.1f} %")
+        for detail, label in DETAIL_LABELS.get(key, ()):
+            value = float(row.get(detail, 0.0))
+            if value > 0:
+                lines.append(f"    {'of which ' + label:<38s} {value:12.4f} s")
     lines.append(f"  {'total':<40s} {float(row['step_time_s']):12.4f} s")
     lines.append("")
     lines.append(f"One layer, one micro-batch, forward + backward: {float(row['layer_time_ms']):.3f} ms "

@@ -29,7 +29,7 @@ from dse.cost.architecture import (
 )
 from dse.cost.inference import INFER_METRICS, decode_hbm_bound, infer_step, routing_skew
 from dse.cost.select import INT_DOMAIN_MAX
-from dse.cost.training import MODULE_METRICS, TRAIN_METRICS, train_step
+from dse.cost.training import DETAIL_METRICS, MODULE_METRICS, TRAIN_METRICS, train_step
 from dse.defaults import (  # noqa: F401 (re-export)
     CATEGORICAL,
     CATEGORICAL_DEFAULTS,
@@ -401,7 +401,7 @@ def evaluate_train(frame: pd.DataFrame, source: str = "<frame>",
     (:data:`dse.cost.training.MODULE_METRICS`) follow the metrics.
     """
     x, sys_codes = train_inputs(frame, source)
-    metrics = TRAIN_METRICS + (MODULE_METRICS if modules else ())
+    metrics = TRAIN_METRICS + (MODULE_METRICS + DETAIL_METRICS if modules else ())
     step = functools.partial(train_step, modules=True) if modules else train_step
     block, res = in_tiles(step, x, sys_codes, metrics, overrides)
     out = _metric_frame(block, metrics, frame.index)

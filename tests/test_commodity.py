@@ -415,3 +415,23 @@ def test_peft_adapter_outputs_take_the_query_width():
     assert adapted_outputs(0, 5120.0, 8192.0, 1024.0, 25600.0, 3.0) == 8192 + 2 * 1024 + 5120 + 2 * 25600 + 5120
     assert adapted_outputs(2, 5120.0, 8192.0, 1024.0, 25600.0, 3.0) == 8192 + 1024
     assert adapted_outputs(1, 5120.0, 8192.0, 1024.0, 25600.0, 3.0) == 8192 + 2 * 1024 + 5120
+
+
+def test_explain_names_launches_grad_copies_cpu_adam_and_host_copies():
+    """Issue 21 asks dse explain to show the CPU optimizer step, the offload traffic and the launch overhead as named
+    rows: the eager layers' kernels at EAGER_KERNEL_S each (46 forward + 83 backward per Llama layer with the unfused
+    attention, 32 layers, one micro-batch), the gradient bucket copies inside the data-parallel sync, and the CPU Adam
+    step and the exposed host copies that make up the offload time."""
+    from dse.explain import explain_row, format_explain
+    naive = explain_row({**BASE, "system": "a800-sxm-80gb", "zero": 0, "stack": "deepspeed-2023",
+                         "attention": "standard"})
+    assert naive["detail_kernel_launch_s"] == pytest.approx(32 * (46 + 83) * K.EAGER_KERNEL_S, rel=1e-5)
+    assert 0 < naive["detail_grad_copy_s"] <= naive["time_dp_comm_s"]
+    offload = explain_row({**BASE, "system": "rtx4090", "zero": 2, "offload": "optimizer",
+                           "stack": "deepspeed-2023"})
+    assert offload["detail_cpu_adam_s"] > 0 and offload["detail_offload_copies_s"] > 0
+    assert offload["detail_cpu_adam_s"] + offload["detail_offload_copies_s"] == pytest.approx(
+        offload["time_offload_s"], rel=1e-5)
+    text = format_explain(offload)
+    for label in ("eager kernels' fixed time", "gradient bucket copies", "CPU Adam step", "host copies (exposed)"):
+        assert f"of which {label}" in text

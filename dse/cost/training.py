@@ -163,6 +163,11 @@ LAYER_BREAKDOWN: tuple[str, ...] = (
 MODULES: tuple[str, ...] = ("embedding", "qkv", "rope", "attention", "output", "mlp", "norm", "other", "adapters",
                             "lm_head", "loss", "recompute", "comm", "host")
 MODULE_METRICS: tuple[str, ...] = tuple(f"module_{k}_{phase}_s" for k in MODULES for phase in ("fwd", "bwd"))
+#: What ``dse explain`` names inside the step's terms (with ``modules``): the fixed time of the eager kernels of the
+#: slowest rank's layers (in compute; ``dse.cost.eager``), the gradient bucket copies (in data-parallel sync), and the
+#: CPU Adam step and the exposed offload copies (in ``time_offload_s``).
+DETAIL_METRICS: tuple[str, ...] = ("detail_kernel_launch_s", "detail_grad_copy_s", "detail_cpu_adam_s",
+                                   "detail_offload_copies_s")
 
 #: Components whose sum is ``mem_total_bytes`` exactly (for the peak stage).
 MEMORY_BREAKDOWN: tuple[str, ...] = (
@@ -181,7 +186,7 @@ def train_step(inputs: Mapping[str, object], hw: Mapping[str, object],
     shape (``out_dtype``: float64 for tables; sweeps take the kernel's float32 as is).  With ``modules`` the
     result also holds :data:`MODULE_METRICS` (``dse explain``).
     """
-    metrics = TRAIN_METRICS + (MODULE_METRICS if modules else ())
+    metrics = TRAIN_METRICS + (MODULE_METRICS + DETAIL_METRICS if modules else ())
     names = TRAIN_INPUTS + HARDWARE_COLUMNS
     arrays = np.broadcast_arrays(
         *[np.asarray(model_input(inputs, k), dtype=DTYPE) for k in TRAIN_INPUTS],
@@ -795,6 +800,7 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
         host_state = host_state_bytes(off_opt * opt_params, off_all * weight_stage_bytes / (1.0 + z3 * (dpc - 1.0)))
     else:
         offload, t_opt = 0.0 * t_opt_gpu, t_opt_gpu
+        cpu_adam = 0.0 * t_opt_gpu
 
     step = t_pipe + dp_exposed + t_opt + offload
 
@@ -969,9 +975,17 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
         for k, (fwd_s, bwd_s) in steps.items():
             out[f"module_{k}_fwd_s"] = fwd_s + 0.0 * step
             out[f"module_{k}_bwd_s"] = bwd_s + 0.0 * step
+        launches = 0.0 * step
+        if any_eager:  # every kernel of an eager layer, forward, backward and a full recomputation's forward
+            launches = n_layers * eager * K.EAGER_KERNEL_S * (
+                (1.0 + full) * eager_kernels(standard, adapted, backward=False) + eager_kernels(standard, adapted,
+                                                                                              backward=True))
+        out.update({"detail_kernel_launch_s": launches + 0.0 * step, "detail_grad_copy_s": n_layers * grad_copy,
+                    "detail_cpu_adam_s": cpu_adam + 0.0 * step, "detail_offload_copies_s": offload - cpu_adam})
 
     # in the kernel's dtype: train_step casts once, to the caller's
-    result: dict[str, Array] = {k: out[k] for k in TRAIN_METRICS + (MODULE_METRICS if modules else ())}
+    names = TRAIN_METRICS + (MODULE_METRICS + DETAIL_METRICS if modules else ())
+    result: dict[str, Array] = {k: out[k] for k in names}
     result["fits"] = total <= hw["hbm_bytes"]
     result["host_fits"] = host_state <= hw["host_mem_bytes"]
     return result
