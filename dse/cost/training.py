@@ -184,7 +184,7 @@ def train_step(inputs: Mapping[str, object], hw: Mapping[str, object],
     (achieved rates, SI units), each a scalar or an array; the result maps :data:`TRAIN_METRICS` plus
     ``fits`` (bool) and ``reason`` (int code into :data:`dse.codes.REASONS`) to arrays of the broadcast
     shape (``out_dtype``: float64 for tables; sweeps take the kernel's float32 as is).  With ``modules`` the
-    result also holds :data:`MODULE_METRICS` (``dse explain``).
+    result also holds :data:`MODULE_METRICS` and :data:`DETAIL_METRICS` (``dse explain``).
     """
     metrics = TRAIN_METRICS + (MODULE_METRICS + DETAIL_METRICS if modules else ())
     names = TRAIN_INPUTS + HARDWARE_COLUMNS
