@@ -209,10 +209,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
         tables = explain_table(row) if np.isfinite(float(row["step_time_s"])) else {}
         payload = {
             "configuration": {k: _jsonable(row[k]) for k in row.index if not k.startswith(("time_", "mem_",
-                                                                                           "layer_", "module_"))},
+                                                                                           "layer_", "module_",
+                                                                                           "detail_"))},
             "time": {k: _jsonable(row[k]) for k in row.index if k.startswith("time_")},
             "layer": {k: _jsonable(row[k]) for k in row.index if k.startswith("layer_")},
             "module": {k: _jsonable(row[k]) for k in row.index if k.startswith("module_")},
+            "detail": {k: _jsonable(row[k]) for k in row.index if k.startswith("detail_")},
             "memory": {k: _jsonable(row[k]) for k in row.index if k.startswith("mem_")},
             "tables": {k: v.to_dict(orient="records") for k, v in tables.items()},
         }

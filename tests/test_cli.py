@@ -493,6 +493,11 @@ def test_explain_json_time_components_sum_to_step_time(capsys):
     assert math.fsum(times.values()) == pytest.approx(step, rel=1e-6)
     assert payload["configuration"]["gpus"] == 1024 and payload["configuration"]["dp"] == 16
     assert payload["configuration"]["model"] == "gpt3-175b"
+    # the module table and the named parts come in their own sections, not among the configuration
+    assert payload["module"] and payload["detail"]
+    assert not any(k.startswith(("module_", "detail_")) for k in payload["configuration"])
+    modules = payload["tables"]["modules"]
+    assert {r["module"] for r in modules} >= {"qkv", "attention", "mlp", "comm"}
 
 
 def test_explain_yaml_file_same_as_flags(capsys, tmp_path):
