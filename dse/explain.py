@@ -36,7 +36,7 @@ TIME_LABELS = {
 LAYER_LABELS = {
     "layer_gemm_ms": "GEMMs",
     "layer_attention_ms": "attention core",
-    "layer_elementwise_ms": "norms, activations, casts, grad copies",
+    "layer_elementwise_ms": "element-wise kernels, grad copies",
     "layer_recompute_ms": "recomputation",
     "layer_tp_comm_ms": "TP comm (exposed)",
     "layer_cp_comm_ms": "CP comm (exposed)",
