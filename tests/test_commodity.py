@@ -293,13 +293,13 @@ def test_ddp_bucket_copies_cost_eight_bytes_per_trainable_parameter():
     from dse.cost.training import ddp_copy_time
     mem = hw("a800-sxm-80gb")["memory_rate"]
     p_layer = 202_383_360.0  # Llama-2-7B: 4 * 4096^2 + 3 * 4096 * 11008 weights per layer
-    copy = ddp_copy_time(codes.DP_REDUCE_DDP_COPY, 0.0, 8.0, 1.0, 0.0, p_layer, 0.0, mem)
+    copy = ddp_copy_time(codes.DP_REDUCE_DDP_COPY, 0.0, 8.0, 1.0, p_layer, mem)
     assert copy == pytest.approx(K.DDP_COPY_BYTES * p_layer / mem)
-    assert ddp_copy_time(codes.DP_REDUCE_DDP_COPY, 2.0, 8.0, 1.0, 0.0, p_layer, 0.0, mem) == 0.0
-    assert ddp_copy_time(codes.DP_REDUCE_DDP_COPY, 0.0, 1.0, 1.0, 0.0, p_layer, 0.0, mem) == 0.0
-    assert ddp_copy_time(0, 0.0, 8.0, 1.0, 0.0, p_layer, 0.0, mem) == 0.0
+    assert ddp_copy_time(codes.DP_REDUCE_DDP_COPY, 2.0, 8.0, 1.0, p_layer, mem) == 0.0
+    assert ddp_copy_time(codes.DP_REDUCE_DDP_COPY, 0.0, 1.0, 1.0, p_layer, mem) == 0.0
+    assert ddp_copy_time(0, 0.0, 8.0, 1.0, p_layer, mem) == 0.0
     # LoRA: the adapters' fp32 gradients only (tw = 2)
-    lora = ddp_copy_time(codes.DP_REDUCE_DDP_COPY, 0.0, 8.0, 2.0, 1.0, p_layer, 4_997_120.0, mem)
+    lora = ddp_copy_time(codes.DP_REDUCE_DDP_COPY, 0.0, 8.0, 2.0, 4_997_120.0, mem)
     assert lora == pytest.approx(2.0 * K.DDP_COPY_BYTES * 4_997_120.0 / mem)
     fused = train(system="a800-sxm-80gb", zero=0, micro_batch=2, global_batch=16, stack="deepspeed-2023",
                   attention="standard", dp_reduce="reduce_scatter")

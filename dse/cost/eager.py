@@ -100,13 +100,21 @@ def eager_score_bytes(scores: Array, backward: bool) -> Array:
     return SCORE_BYTES[1 if backward else 0] * scores
 
 
-def eager_kernels(standard_attention: Array, adapted_modules: Array, backward: bool) -> Array:
-    """Kernels one layer launches in its forward (or backward): :data:`KERNELS_PER_LAYER` with the unfused
-    attention, :data:`UNFUSED_ATTENTION_KERNELS` fewer with a flash kernel, plus PEFT_ADAPTER_KERNELS per module
-    carrying a LoRA adapter (``adapted_modules``, 0 for full training)."""
+def eager_module_kernels(standard_attention: Array, backward: bool) -> dict[str, Array]:
+    """Kernels one layer's modules launch in its forward (or backward): :data:`MODULE_KERNELS` with the unfused
+    attention, :data:`UNFUSED_ATTENTION_KERNELS` fewer in the attention with a flash kernel."""
     i = 1 if backward else 0
-    return (KERNELS_PER_LAYER[i] - (1.0 - standard_attention) * UNFUSED_ATTENTION_KERNELS[i]
-            + adapted_modules * PEFT_ADAPTER_KERNELS[i])
+    launches: dict[str, Array] = {k: n[i] for k, n in MODULE_KERNELS.items()}
+    launches["attention"] = launches["attention"] - (1.0 - standard_attention) * UNFUSED_ATTENTION_KERNELS[i]
+    return launches
+
+
+def eager_kernels(standard_attention: Array, adapted_modules: Array, backward: bool) -> Array:
+    """Kernels one layer launches in its forward (or backward): the modules' (:func:`eager_module_kernels`; small
+    integers, so the sum is exact) plus PEFT_ADAPTER_KERNELS per module carrying a LoRA adapter
+    (``adapted_modules``, 0 for full training)."""
+    launches = sum(eager_module_kernels(standard_attention, backward).values())
+    return launches + adapted_modules * PEFT_ADAPTER_KERNELS[1 if backward else 0]
 
 
 def eager_bmm_time(micro_batch: Array, heads: Array, seq_len: Array, head_dim: Array, rate: Array) -> Array:

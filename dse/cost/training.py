@@ -47,10 +47,8 @@ from dse.cost.architecture import (
 )
 from dse.cost.compute import gemm_bytes, gemm_flops, matmul_rates, operand_bytes, roofline_time
 from dse.cost.eager import (
-    MODULE_KERNELS,
     PEFT_ADAPTER_BYTES,
     PEFT_ADAPTER_KERNELS,
-    UNFUSED_ATTENTION_KERNELS,
     adapted_modules,
     adapted_outputs,
     eager_activation_terms,
@@ -58,6 +56,7 @@ from dse.cost.eager import (
     eager_elementwise_bytes,
     eager_kernels,
     eager_module_bytes,
+    eager_module_kernels,
     eager_score_bytes,
 )
 from dse.cost.host import cpu_adam_time, host_state_bytes, offload_gradient_bytes, offload_parameter_bytes
@@ -234,25 +233,23 @@ def train_step(inputs: Mapping[str, object], hw: Mapping[str, object],
     return result
 
 
-def ddp_copy_time(dp_reduce: Array, zero: Array, dp_ranks: Array, tw: Array, peft: Array, p_layer: Array,
-                  adapter_layer: Array, mem_rate: Array) -> Array:
+def ddp_copy_time(dp_reduce: Array, zero: Array, dp_ranks: Array, tw: Array, trainable_layer: Array,
+                  mem_rate: Array) -> Array:
     """Backward time per layer and micro-batch of PyTorch DDP's bucket copies (``dp_reduce = ddp_copy``, without
-    ZeRO, more than one data-parallel rank): DDP_COPY_BYTES per trainable parameter of the layer (the adapters
-    under LoRA; fp32 adapters twice the bytes, ``tw``) at the HBM rate,
+    ZeRO, more than one data-parallel rank): DDP_COPY_BYTES per trainable parameter of the layer
+    (``trainable_layer``: the adapters under LoRA; fp32 adapters twice the bytes, ``tw``) at the HBM rate,
 
         t = DDP_COPY_BYTES · tw · P_trainable,layer / W_mem
 
     (torch reducer.cpp ``copy_grad_to_bucket`` in each gradient's hook, ``copy_bucket_to_grad`` when the backward
     ends; :data:`dse.cost.constants.DDP_COPY_BYTES`).  The embedding's and output layer's copies are left out."""
-    f64 = np.asarray(p_layer).dtype.type
+    f64 = np.asarray(trainable_layer).dtype.type
     on = np.asarray((dp_reduce == codes.DP_REDUCE_DDP_COPY) & (zero == 0) & (dp_ranks > 1)).astype(f64)
-    trainable = pick(peft, adapter_layer, p_layer)
-    return on * K.DDP_COPY_BYTES * tw * trainable / mem_rate
+    return on * K.DDP_COPY_BYTES * tw * trainable_layer / mem_rate
 
 
 def zero12_bucket_copy_time(dp_reduce: Array, zero: Array, dp_ranks: Array, dp_overlap: Array, offload: Array,
-                            microbatches: Array, tw: Array, peft: Array, p_layer: Array, adapter_layer: Array,
-                            mem_rate: Array) -> Array:
+                            microbatches: Array, tw: Array, trainable_layer: Array, mem_rate: Array) -> Array:
     """Backward time per layer and micro-batch of DeepSpeed ZeRO-1/2's gradient buckets (``dp_reduce =
     reduce_per_rank``, ZeRO 1 or 2, more than one data-parallel rank), read off ``stage_1_and_2.py`` (v0.10.3) with
     its default ``contiguous_gradients``: each gradient's hook copies it into the reduction bucket on the compute
@@ -265,13 +262,13 @@ def zero12_bucket_copy_time(dp_reduce: Array, zero: Array, dp_ranks: Array, dp_o
         t = tw · P_trainable,layer · (B_copy + (1 − overlap) · (B_avg + (1 − offload) · B_copy / N_dp)) / W_mem
 
     ZeRO-2 reduces every micro-batch; ZeRO-1 only at the accumulation boundary, one micro-batch of ``microbatches``."""
-    f64 = np.asarray(p_layer).dtype.type
+    f64 = np.asarray(trainable_layer).dtype.type
     on = np.asarray((dp_reduce == codes.DP_REDUCE_PER_RANK) & (zero >= 1) & (zero < 3) & (dp_ranks > 1)).astype(f64)
-    every = pick(mask(zero >= 2, p_layer), 1.0, 1.0 / microbatches)
+    every = pick(mask(zero >= 2, trainable_layer), 1.0, 1.0 / microbatches)
     serial = 1.0 - dp_overlap
     moved = K.DEEPSPEED_BUCKET_COPY_BYTES + serial * (K.DEEPSPEED_BUCKET_AVERAGE_BYTES
                                                       + (1.0 - offload) * K.DEEPSPEED_BUCKET_COPY_BYTES / dp_ranks)
-    return on * every * moved * tw * pick(peft, adapter_layer, p_layer) / mem_rate
+    return on * every * moved * tw * trainable_layer / mem_rate
 
 
 def attention_span(seq_len: Array, doc_len: Array) -> Array:
@@ -558,8 +555,11 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
     cast = is_fp8 * K.LOW_PRECISION_CAST_BYTES + is_fp4 * K.NVFP4_CAST_BYTES
     cast_fwd = cast * T * (2.0 * h + rec["o_width"] / t + ffn_tok / t)
     cast_bwd = cast * T * (n_qkv + 2.0 * h + (n_mlp - 1.0) * ffn_tok / t)
-    ew_fwd = (K.RESIDUAL_FWD_BYTES * resid + act_fwd_bytes * act_elems + cast_fwd) / mem_rate
-    ew_bwd = (K.RESIDUAL_BWD_BYTES * resid + act_bwd_bytes * act_elems + cast_bwd) / mem_rate
+    # bytes moved (forward, backward): norms + residual adds + dropout, the MLP activation, the low-precision casts
+    ew_moved = ((K.RESIDUAL_FWD_BYTES * resid, act_fwd_bytes * act_elems, cast_fwd),
+                (K.RESIDUAL_BWD_BYTES * resid, act_bwd_bytes * act_elems, cast_bwd))
+    ew_fwd = (ew_moved[0][0] + ew_moved[0][1] + ew_moved[0][2]) / mem_rate
+    ew_bwd = (ew_moved[1][0] + ew_moved[1][1] + ew_moved[1][2]) / mem_rate
     if any_eager:  # eager PyTorch modules: every operation its own kernel (dse.cost.eager)
         qk = T * (rec["q_width"] + kvw) / t
         kvw_t = T * kvw / t  # elements of v
@@ -576,9 +576,10 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
 
     fwd_compute = gemm_fwd + attn_fwd + ew_fwd
     # gradient copies on the compute stream: DDP's buckets, or DeepSpeed ZeRO-1/2's
-    grad_copy = ddp_copy_time(x["dp_reduce"], zero, d * c, tw, peft, p_layer, adapter_layer, mem_rate)
-    grad_copy = grad_copy + zero12_bucket_copy_time(x["dp_reduce"], zero, d * c, dp_overlap, off_opt, m, tw, peft,
-                                                    p_layer, adapter_layer, mem_rate)
+    trainable_layer = pick(peft, adapter_layer, p_layer)  # the layer's parameters the optimizer updates
+    grad_copy = ddp_copy_time(x["dp_reduce"], zero, d * c, tw, trainable_layer, mem_rate)
+    grad_copy = grad_copy + zero12_bucket_copy_time(x["dp_reduce"], zero, d * c, dp_overlap, off_opt, m, tw,
+                                                    trainable_layer, mem_rate)
     bwd_compute = gemm_bwd + attn_bwd + ew_bwd + grad_copy
 
     # ---- tensor parallel communication ------------------------------------------------------------------
@@ -937,15 +938,11 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
         bwd_m |= {"attention": attn_bwd, "adapters": 2.0 * adapter_fwd + dequant}
         for phase_m, i in ((fwd_m, 0), (bwd_m, 1)):
             # element-wise bytes: fused kernels' norm + residual + dropout, activation and fp8 casts, or eager's
-            moved = {"norm": (K.RESIDUAL_FWD_BYTES, K.RESIDUAL_BWD_BYTES)[i] * resid,
-                     "mlp": (act_fwd_bytes, act_bwd_bytes)[i] * act_elems, "other": (cast_fwd, cast_bwd)[i],
-                     "rope": 0.0 * resid}
+            moved = {"norm": ew_moved[i][0], "mlp": ew_moved[i][1], "other": ew_moved[i][2], "rope": 0.0 * resid}
             if any_eager:
                 parts = eager_module_bytes(resid, qk, kvw_t, act_elems, swiglu, backward=bool(i))
                 moved = {k: pick(eager, parts[k], v) for k, v in moved.items()}
-                launches = {k: n[i] for k, n in MODULE_KERNELS.items()}
-                launches["attention"] = launches["attention"] - (1.0 - standard) * UNFUSED_ATTENTION_KERNELS[i]
-                for k, n in launches.items():
+                for k, n in eager_module_kernels(standard, backward=bool(i)).items():
                     phase_m[k] = phase_m.get(k, 0.0) + eager * n * K.EAGER_KERNEL_S
                 phase_m["adapters"] = phase_m["adapters"] + eager * (PEFT_ADAPTER_BYTES[i] * adapter_out / mem_rate
                                                                      + adapted * PEFT_ADAPTER_KERNELS[i]
