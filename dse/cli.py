@@ -50,6 +50,8 @@ EXPLAIN_OPTIONS: dict[str, str] = {
     "cp_exchange": "ring|allgather", "moe_gemm": "per_expert|grouped",
     "moe_imbalance": "number >= 1 (train: the busiest expert GPU's routed tokens over the mean; empty: 1)",
     "ep_dispatch": "alltoall|deepep",
+    "ep_overlap": "none|1f1b (train: Megatron's combined 1F1B hides one micro-batch's expert all-to-alls under "
+                  "another's compute)",
     "pipeline_split": "even|embedding_loss", "layers_first_stage": "int", "layers_last_stage": "int",
     "doc_len": "int (mean document length of packed sequences)",
     "stack": "software stack (README: Case files): its profile fills the knobs not given",

@@ -172,6 +172,12 @@ MOE_GEMM_GROUPED = 1
 #: (see :func:`dse.cost.network.deepep_dispatch_time`).
 EP_DISPATCH: tuple[str, ...] = ("alltoall", "deepep")
 EP_DISPATCH_DEEPEP = 1
+#: Whether the expert-parallel all-to-alls of one micro-batch run beside the compute of another: Megatron-core's
+#: combined 1F1B schedule (``--overlap-moe-expert-parallel-comm``, Megatron-Bridge ``moe_a2a_overlap``), which pairs
+#: the forward of one micro-batch with the backward of another layer by layer, so that each one's dispatch and
+#: combine hide under the other's attention and expert compute (see :func:`dse.cost.parallel.ep_overlap_exposed`).
+EP_OVERLAP: tuple[str, ...] = ("none", "1f1b")
+EP_OVERLAP_1F1B = 1
 
 #: Reasons a configuration has no answer.  Code 0 means feasible.  The order is the order of the checks:
 #: the first failing check is reported.
@@ -210,6 +216,8 @@ REASONS: tuple[str, ...] = (
     "moe_ffn_hidden % etp != 0",
     "(tp*dp) % ep != 0",
     "spec_tokens needs mtp modules",
+    "ep_overlap with full recompute unsupported",
+    "ep_overlap with pp > 1 needs vpp > 1",
 )
 REASON_CODE: dict[str, int] = {r: i for i, r in enumerate(REASONS)}
 

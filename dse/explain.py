@@ -256,6 +256,8 @@ def format_explain(row: pd.Series) -> str:
         + (f"; offload={row['offload']}" if row.get("offload", "none") != "none" else "")
         + (f"; moe_imbalance={float(row['moe_imbalance']):g}"
            if int(row["experts"]) > 1 and float(row.get("moe_imbalance", 1.0)) != 1.0 else "")
+        + (f"; ep_dispatch={row.get('ep_dispatch', 'alltoall')} ep_overlap={row.get('ep_overlap', 'none')}"
+           if int(row["experts"]) > 1 and int(row["ep"]) > 1 else "")
         + (f"; stack={row['stack']}" if isinstance(row.get("stack"), str) and row.get("stack") else ""))
     if int(row["pp"]) > 1:
         lines.append(stage_split_text(row))

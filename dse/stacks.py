@@ -95,6 +95,7 @@ TRAIN_KNOBS: dict[str, tuple[str, ...]] = {
     "zero3_collectives": codes.ZERO3_COLLECTIVES, "zero_with_pp": codes.ZERO_WITH_PP, "cp_exchange": codes.CP_EXCHANGE,
     "moe_gemm": codes.MOE_GEMM,
     "ep_dispatch": codes.EP_DISPATCH,
+    "ep_overlap": codes.EP_OVERLAP,
     "pipeline_split": codes.PIPELINE_SPLIT,
 }
 #: Settings recorded for the reader (no term in the model) and serving-engine settings.

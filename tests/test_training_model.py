@@ -607,6 +607,59 @@ def test_ep_dispatch_default_is_the_alltoall_and_deepep_shrinks_only_the_expert_
     assert out["step_time_s"][3] == out["step_time_s"][4]
 
 
+def test_ep_overlap_hides_one_micro_batch_all_to_alls_under_another_compute():
+    """ep_overlap = 1f1b (Megatron-core's combined 1F1B): the forward's dispatch and combine of one micro-batch hide
+    under the backward compute of another, and the backward's under the forward; what runs beside compute costs
+    kappa of itself, and the first rank's warm-up and cool-down steps run alone.  Checked against that timeline
+    written out here for one layer of DeepSeek-V3 on 256 GB200 (PP 4, VP 4, EP 64, the Megatron-Bridge 26.06
+    layout): empty = none = today's model exactly; the overlapped exposure is the formula's; nothing else moves but
+    the bubble (made of the same micro-batch steps);
+    a dense row is unchanged."""
+    from dse.cost import constants as K
+    base = {"model": "deepseek-v3", "system": "gb200-nvl72", "gpus": 256, "tp": 1, "pp": 4, "vpp": 4, "ep": 64,
+            "micro_batch": 1, "global_batch": 4096, "seq_len": 4096, "precision": "fp8", "recompute": "selective",
+            "layers_first_stage": 16, "layers_last_stage": 13}
+    dense = {"model": "llama3-8b", "system": "h100-sxm-80gb", "gpus": 8, "micro_batch": 1, "global_batch": 64,
+             "seq_len": 4096, "precision": "bf16"}
+    rows = pd.DataFrame([{**base, "ep_overlap": v} for v in ("", "none", "1f1b")]
+                        + [{**dense, "ep_overlap": v} for v in ("none", "1f1b")])
+    out = dse.evaluate(rows)
+    default = dse.evaluate(rows.drop(columns="ep_overlap"))
+    assert np.isfinite(out["step_time_s"]).all()
+    assert out["step_time_s"][0] == out["step_time_s"][1] == default["step_time_s"][0]
+    assert out["step_time_s"][3] == out["step_time_s"][4] == default["step_time_s"][3]
+    none, ov = out.iloc[1], out.iloc[2]
+    # the timeline: per layer and micro-batch, A_f = A_b = half the serial all-to-all time; C_f the forward, C_b
+    # the backward with its recomputation (dse's own layer split)
+    a_f = a_b = none["layer_ep_comm_ms"] / 2.0
+    c_f = none["layer_fwd_ms"] - a_f - none["layer_host_ms"] / 3.0
+    c_b = none["layer_bwd_ms"] - a_b - none["layer_host_ms"] * 2.0 / 3.0
+    kappa = K.OVERLAP_COMPUTE_SLOWDOWN / (1.0 + K.OVERLAP_COMPUTE_SLOWDOWN)
+    paired = max(max(a_f - c_b, 0.0) + max(a_b - c_f, 0.0), kappa * (a_f + a_b))
+    m, p, v = 4096 / 64, 4, 4
+    unpaired = (2 * (p - 1) + (v - 1) * p) / (m * v)  # Megatron's warm-up forwards of the first rank
+    assert ov["layer_ep_comm_ms"] == pytest.approx(unpaired * (a_f + a_b) + (1 - unpaired) * paired, rel=1e-4)
+    assert ov["layer_ep_comm_ms"] < 0.5 * none["layer_ep_comm_ms"]
+    for other in ("layer_gemm_ms", "layer_attention_ms", "layer_recompute_ms", "layer_host_ms", "peak_memory_gb"):
+        assert ov[other] == pytest.approx(none[other], rel=1e-6)
+    assert ov["time_bubble_s"] < none["time_bubble_s"]  # the bubble is made of the shorter micro-batch steps
+
+
+def test_ep_overlap_is_refused_where_megatron_bridge_refuses_it():
+    """Megatron-Bridge (src/megatron/bridge/training/comm_overlap.py) refuses the combined 1F1B schedule with full
+    recomputation, and with pipeline parallelism unless interleaved: reason rows, not numbers; without expert
+    parallelism the setting does nothing."""
+    base = {"model": "deepseek-v3", "system": "gb200-nvl72", "gpus": 256, "tp": 1, "pp": 4, "ep": 64,
+            "micro_batch": 1, "global_batch": 4096, "seq_len": 4096, "precision": "fp8",
+            "layers_first_stage": 16, "layers_last_stage": 13, "ep_overlap": "1f1b"}
+    out = dse.evaluate(pd.DataFrame([{**base, "vpp": 4, "recompute": "full"},
+                                     {**base, "vpp": 1, "recompute": "selective"},
+                                     {**base, "vpp": 1, "recompute": "full", "ep": 1}]))
+    assert list(out["infeasible_reason"][:2]) == ["ep_overlap with full recompute unsupported",
+                                                   "ep_overlap with pp > 1 needs vpp > 1"]
+    assert out["infeasible_reason"][2] != "ep_overlap with full recompute unsupported"
+
+
 # ---- what overlapped communication costs the compute beside it (parallel.overlapped_exposed) ----------------
 
 def test_overlapped_transfer_costs_kappa_of_itself_under_longer_compute():

@@ -162,7 +162,7 @@ C10D_RANK_COPY_S = 4.94e-6
 #: checked on the held-out 2026 releases (megatron_bridge_moe_train_2026.csv).  The evidence that it is fixed per
 #: micro-batch: Qwen3-30B-A3B on 8 B200 runs 9,691 tokens/s/GPU at micro-batch 1 and 26,695 at 4 (26.02,
 #: 26.02.01): 8.8 ms then 12.8 ms per layer and micro-batch, a fixed 7.5 ms for its 16 local experts (0.47 ms each).
-MOE_HOST_S_PER_LOCAL_EXPERT = 4.68e-4
+MOE_HOST_S_PER_LOCAL_EXPERT = 4.991e-4
 
 #: Serving: the expert width (FFN width per GPU) from which a routed expert's grouped GEMMs reach the fractions below;
 #: narrower experts reach f / MOE_GEMM_FULL_WIDTH of them (dse.cost.inference.expert_width_efficiency).  FITTED on

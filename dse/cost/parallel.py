@@ -134,6 +134,49 @@ def tp_backward_exposed(grad_gather_s: Array, regather_s: Array, reduce_s: Array
     return grad_gather_s + overlapped_exposed(regather_s + reduce_s - hidden, overlap * (regather_s + reduce_s))
 
 
+def combined_1f1b_unpaired_share(microbatches: Array, pp: Array, vpp: Array) -> Array:
+    """Share of a pipeline rank's forward and backward steps that Megatron-core's combined 1F1B schedule runs
+    alone, with no step of another micro-batch to pair with (their expert all-to-alls stay exposed):
+
+        u = min(1, W / (m·v)),  W = 1 (pp = 1),  W = 2·(pp − 1) + (vpp − 1)·pp (pp > 1)
+
+    m micro-batches of v model chunks each.  Without pipelining the first forward and the last backward run
+    alone (Megatron-core ``combined_1f1b_schedule_for_no_pipelining``: "the forward pass of Transformer layers for
+    one micro-batch runs in parallel with the backward pass of another"); with the interleaved schedule the
+    warm-up forwards and cool-down backwards do, (pp − rank − 1)·2 + (vpp − 1)·pp of each
+    (``megatron/core/pipeline_parallel/schedules.py`` ``get_pp_rank_microbatches``), taken at the first rank, which
+    has the most.  The combined schedule needs vpp > 1 when pp > 1 (a reason row otherwise)."""
+    warmup = np.where(pp > 1, 2.0 * (pp - 1.0) + (vpp - 1.0) * pp, 1.0)
+    return np.minimum(1.0, warmup / (microbatches * vpp))
+
+
+def ep_overlap_exposed(ep_fwd: Array, ep_bwd: Array, attn_fwd: Array, mlp_fwd: Array, attn_bwd: Array,
+                       mlp_dgrad: Array, mlp_wgrad: Array, unpaired: Array) -> Array:
+    """Exposed expert-parallel all-to-all time per layer and micro-batch under Megatron-core's combined 1F1B
+    schedule (``--overlap-moe-expert-parallel-comm``; Megatron-Bridge ``moe_a2a_overlap``).  In the steady state the
+    forward of one micro-batch and the backward of another run as one merged step, layer by layer, each all-to-all
+    on the communication stream beside one compute node of the other direction
+    (``TransformerLayerSchedulePlan.run``, ``megatron/core/models/common/model_chunk_schedule_plan.py``, with
+    ``delay_wgrad_compute``): the backward's combine beside the forward's attention, the forward's dispatch beside
+    the backward's expert input gradients, the backward's dispatch beside the expert weight gradients and the
+    forward's experts, the forward's combine beside the backward's attention:
+
+        ideal = [a_b − A_f]⁺ + [a_f − M_dgrad]⁺ + [a_b − (M_wgrad + M_f)]⁺ + [a_f − A_b]⁺
+        t = u·(2a_f + 2a_b) + (1 − u)·max(ideal, κ·(2a_f + 2a_b))
+
+    a_f, a_b one all-to-all (dispatch or combine, half of the layer's forward or backward ones), A the attention
+    node (attention, norms, router: all of the layer's compute but the MLP node), M the MLP node (experts, shared
+    expert, activation), u the steps that run alone (:func:`combined_1f1b_unpaired_share`); what runs beside
+    compute still takes κ of it (:func:`overlapped_exposed`).  "EP A2A in forward step is hidden by the
+    attention/mlp computation in the backward step, and vice versa" (Megatron-core
+    ``core.pipeline_parallel.combined_1f1b``); nothing hides without a second micro-batch."""
+    a_f, a_b = 0.5 * ep_fwd, 0.5 * ep_bwd
+    ideal = (np.maximum(a_b - attn_fwd, 0.0) + np.maximum(a_f - mlp_dgrad, 0.0)
+             + np.maximum(a_b - (mlp_wgrad + mlp_fwd), 0.0) + np.maximum(a_f - attn_bwd, 0.0))
+    paired = overlapped_exposed(ideal, ep_fwd + ep_bwd)
+    return unpaired * (ep_fwd + ep_bwd) + (1.0 - unpaired) * paired
+
+
 def overlapped_exposed(exposed_s: Array, overlapped_s: Array) -> Array:
     """Exposed time of communication that runs beside compute, counting what it takes from that compute:
 

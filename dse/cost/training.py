@@ -86,12 +86,14 @@ from dse.cost.network import (
 )
 from dse.cost.parallel import (
     GRAD_COMM_BYTES,
+    combined_1f1b_unpaired_share,
     cp_allgather_exposed,
     cp_grad_ring_exposed,
     cp_kv_chunk_bytes,
     cp_ring_backward_bytes,
     cp_ring_forward_bytes,
     ep_dispatch_bytes,
+    ep_overlap_exposed,
     overlapped_exposed,
     pp_activation_bytes,
     tp_activation_bytes,
@@ -120,7 +122,7 @@ TRAIN_INPUTS: tuple[str, ...] = (
     "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch", "pipeline_split", "layers_first_stage",
     "layers_last_stage", "doc_len", "kernels", "optimizer", "memory_report", "adapter_precision", "dp_reduce",
     "zero_with_pp", "cp_exchange", "moe_gemm", "ep_dispatch", "zero3_collectives",
-    *ARCHITECTURE_COLUMNS, "etp", "moe_imbalance",
+    *ARCHITECTURE_COLUMNS, "etp", "moe_imbalance", "ep_overlap",
 )
 
 #: Metric outputs (NaN on configurations that do not divide).
@@ -636,6 +638,19 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
     layer_tp = tp_fwd + tp_bwd + full * tp_fwd
     layer_cp = cp_fwd + cp_bwd + full * cp_fwd
     layer_ep = ep_fwd + ep_bwd + full * ep_fwd
+    # Megatron-core's combined 1F1B (ep_overlap = 1f1b): one micro-batch's all-to-alls under another's compute;
+    # the forward and backward parts shrink in proportion (full recomputation is a reason row with it)
+    ep_ov = moe * (x["ep_overlap"] == codes.EP_OVERLAP_1F1B).astype(f64)
+    if bool(ep_ov.any()):
+        # the layer's MLP node (experts, shared expert, activation) and the rest (attention node)
+        mlp_gemm = fc1_gemm + fc2_gemm + routed_gemm
+        mlp_fwd = mlp_gemm + ew_moved[0][1] / mem_rate
+        mlp_dgrad = mlp_gemm + ew_moved[1][1] / mem_rate
+        ep_exposed = ep_overlap_exposed(ep_fwd, ep_bwd, np.maximum(fwd_compute - mlp_fwd, 0.0), mlp_fwd,
+                                        np.maximum(bwd_compute + recompute - mlp_dgrad - mlp_gemm, 0.0),
+                                        mlp_dgrad, mlp_gemm, combined_1f1b_unpaired_share(m, p, v))
+        ep_share = pick(ep_ov, ep_exposed / np.maximum(layer_ep, 1e-30), 1.0)
+        ep_fwd, ep_bwd, layer_ep = ep_fwd * ep_share, ep_bwd * ep_share, layer_ep * ep_share
     # ---- the host's work in the MoE layers (Megatron-core with Transformer Engine) ------------------------
     # The dropless token dispatcher reads the tokens per expert back to the host each layer (a device-to-host
     # sync), and TE's GroupedLinear runs its experts' GEMMs, casts and transposes expert by expert: the CPU
@@ -1014,6 +1029,7 @@ def _infeasible_reason(x: dict[str, Array]) -> tuple[Array, Array, Array, Array]
     for arr in sizes[1:]:
         smallest, largest = np.minimum(smallest, arr), np.maximum(largest, arr)
     etp_set = (x["etp"] > 0) & (x["etp"] != t)  # expert tensor parallel other than tp
+    ep_overlap = (x["ep_overlap"] == codes.EP_OVERLAP_1F1B) & (e > 1) & (x["experts"] > 1)
     R = codes.REASON_CODE
     checks = (
         (R["nonpositive_size"], ~(smallest > 0)),
@@ -1045,6 +1061,10 @@ def _infeasible_reason(x: dict[str, Array]) -> tuple[Array, Array, Array, Array]
         (R["zero >= 2 with pp > 1 unsupported"], (x["zero"] >= 2) & (p > 1)
          & (x["zero_with_pp"] != codes.ZERO_WITH_PP_GATHER_ONCE)),
         (R["crosses nodes without scale-out network"], ~(x["scaleout_bw"] > 0) & (x["gpus"] > x["scaleup_gpus"])),
+        # Megatron-Bridge refuses the combined 1F1B schedule with full recomputation, and without interleaving
+        # when pp > 1 (src/megatron/bridge/training/comm_overlap.py); inert without expert parallelism
+        (R["ep_overlap with full recompute unsupported"], ep_overlap & (x["recompute"] == codes.RECOMPUTE_FULL)),
+        (R["ep_overlap with pp > 1 needs vpp > 1"], ep_overlap & (p > 1) & (v <= 1)),
     )
     # The first failing check wins: walk them from last to first, each writing its code where it fails.
     reason = np.zeros(L.shape, dtype=L.dtype)
