@@ -645,6 +645,33 @@ def test_ep_overlap_hides_one_micro_batch_all_to_alls_under_another_compute():
     assert ov["time_bubble_s"] < none["time_bubble_s"]  # the bubble is made of the shorter micro-batch steps
 
 
+def test_moe_layers_move_their_routed_copies_through_memory():
+    """A MoE layer's element-wise traffic beyond a dense layer's, written out for Qwen3-30B-A3B (h 2048, 128
+    experts of width 768, top-8, GQA 32/4 heads of 128, one GPU, 16,384 tokens per micro-batch):
+    the token permutation into expert order and back (constants.MOE_PERMUTE_*: 6 B per routed copy element
+    forward, 8 backward, 2 per token element each way), and with fp8 GEMMs the quantization (4 B per element) of
+    every GEMM input and output gradient, the routed experts' being the k = 8 routed copies of each token:
+    forward h (QKV) + 8h (experts' FC1) + 4096 (output projection) + 8·768 (experts' FC2) elements per token,
+    backward 4096 + 2·512 (QKV) + h (output projection) + 8h (experts' FC2) + 2·8·768 (experts' FC1)."""
+    from dse.cost import constants as K
+    row = {"model": "qwen3-30b-a3b", "system": "b200", "gpus": 1, "micro_batch": 4, "global_batch": 4,
+           "seq_len": 4096, "recompute": "none", "attention": "flash"}
+    rate = float(hwcat.hardware_columns(hwcat.system_codes(np.array(["b200"])))["memory_rate"][0])
+    T, h, k = 4 * 4096, 2048, 8
+    out = dse.evaluate(pd.DataFrame([{**row, "precision": p} for p in ("bf16", "fp8")]))
+    ew = out["layer_elementwise_ms"].to_numpy() * 1e-3
+    fwd = h + k * h + 4096 + k * 768
+    bwd = (4096 + 2 * 512) + h + k * h + 2 * k * 768
+    assert ew[1] - ew[0] == pytest.approx(K.LOW_PRECISION_CAST_BYTES * T * (fwd + bwd) / rate, rel=1e-5)
+    saved = (K.MOE_PERMUTE_FWD_BYTES, K.MOE_PERMUTE_BWD_BYTES, K.MOE_PERMUTE_TOKEN_BYTES)
+    try:
+        K.MOE_PERMUTE_FWD_BYTES = K.MOE_PERMUTE_BWD_BYTES = K.MOE_PERMUTE_TOKEN_BYTES = 0.0
+        without = dse.evaluate(pd.DataFrame([{**row, "precision": "bf16"}]))["layer_elementwise_ms"][0] * 1e-3
+    finally:
+        K.MOE_PERMUTE_FWD_BYTES, K.MOE_PERMUTE_BWD_BYTES, K.MOE_PERMUTE_TOKEN_BYTES = saved
+    assert ew[0] - without == pytest.approx(T * h * ((6 + 8) * k + 2 * 2) / rate, rel=1e-5)
+
+
 def test_ep_overlap_is_refused_where_megatron_bridge_refuses_it():
     """Megatron-Bridge (src/megatron/bridge/training/comm_overlap.py) refuses the combined 1F1B schedule with full
     recomputation, and with pipeline parallelism unless interleaved: reason rows, not numbers; without expert

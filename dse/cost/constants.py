@@ -18,6 +18,22 @@ ACTIVATION_BWD_BYTES_2MAT = 6.0
 ACTIVATION_FWD_BYTES_SWIGLU = 6.0
 ACTIVATION_BWD_BYTES_SWIGLU = 10.0
 
+#: Mixture of experts: the token permutation around the routed experts, bytes per routed copy (token · top_k · h
+#: element) of one MoE layer.  Megatron-core's token dispatchers permute each token's top_k copies into expert
+#: order for the grouped GEMMs and merge them back after, weighted by the router probabilities
+#: (``megatron/core/transformer/moe/moe_utils.py`` ``permute`` / ``unpermute``; with ``moe_permute_fusion``
+#: Transformer Engine's ``moe_permute`` / ``moe_unpermute``, ``transformer_engine/pytorch/permutation.py``).
+#: Forward: the permute reads the token row for each copy and writes the copy (2 + 2), the unpermute reads each
+#: copy (2).  Backward: the unpermute's backward reads the output gradient for each copy, writes the copy's
+#: gradient and reads the copy's forward output for the probability gradient (2 + 2 + 2); the permute's backward
+#: reads each copy's gradient (2).  Per token element, the unpermute writes the merged token and the permute's
+#: backward the token's gradient (MOE_PERMUTE_TOKEN_BYTES, each direction).  ASSUMPTION: every element read and
+#: written once; the all-to-all dispatcher's second sort by local expert (``sort_chunks_by_idxs``, ep > 1) is not
+#: counted.
+MOE_PERMUTE_FWD_BYTES = 6.0
+MOE_PERMUTE_BWD_BYTES = 8.0
+MOE_PERMUTE_TOKEN_BYTES = 2.0
+
 #: Standard (unfused) attention, bytes per element of the b·(a/t)·s·s score matrix.  Forward: QKᵀ writes
 #: 2, fused scale-mask-softmax reads 2 writes 2, dropout reads 2 writes 2 plus a 1-byte mask, AV reads 2.
 STANDARD_ATTENTION_FWD_BYTES = 13.0
@@ -162,7 +178,7 @@ C10D_RANK_COPY_S = 4.94e-6
 #: checked on the held-out 2026 releases (megatron_bridge_moe_train_2026.csv).  The evidence that it is fixed per
 #: micro-batch: Qwen3-30B-A3B on 8 B200 runs 9,691 tokens/s/GPU at micro-batch 1 and 26,695 at 4 (26.02,
 #: 26.02.01): 8.8 ms then 12.8 ms per layer and micro-batch, a fixed 7.5 ms for its 16 local experts (0.47 ms each).
-MOE_HOST_S_PER_LOCAL_EXPERT = 4.991e-4
+MOE_HOST_S_PER_LOCAL_EXPERT = 4.648e-4
 
 #: Serving: the expert width (FFN width per GPU) from which a routed expert's grouped GEMMs reach the fractions below;
 #: narrower experts reach f / MOE_GEMM_FULL_WIDTH of them (dse.cost.inference.expert_width_efficiency).  FITTED on

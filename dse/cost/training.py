@@ -555,11 +555,18 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
     # fp8/fp4: cast-transpose of each GEMM's activation input (forward) and output gradient (backward);
     # NVFP4's quantization (amax, block scales, Hadamard transform, stochastic rounding) costs more per element
     cast = is_fp8 * K.LOW_PRECISION_CAST_BYTES + is_fp4 * K.NVFP4_CAST_BYTES
-    cast_fwd = cast * T * (2.0 * h + rec["o_width"] / t + ffn_tok / t)
-    cast_bwd = cast * T * (n_qkv + 2.0 * h + (n_mlp - 1.0) * ffn_tok / t)
+    # the GEMM inputs quantized, forward: QKV's (h), the output projection's, the dense or shared FFN's (h) and the
+    # routed experts' (their k routed copies of each token, k·h), and FC2's; backward, the output gradients of
+    # the same GEMMs (a dense model: 2h each way, as before the routed copies were counted)
+    ffn_in = mask(rec["ffn_dense"] > 0, h) * h + phi * kk * h
+    cast_fwd = cast * T * (h + ffn_in + rec["o_width"] / t + ffn_tok / t)
+    cast_bwd = cast * T * (n_qkv + h + ffn_in + (n_mlp - 1.0) * ffn_tok / t)
+    # the MoE layers' token permutation into expert order and back (routed copies per GPU: phi·k per token)
+    permute_fwd = phi * resid * (K.MOE_PERMUTE_FWD_BYTES * kk + K.MOE_PERMUTE_TOKEN_BYTES)
+    permute_bwd = phi * resid * (K.MOE_PERMUTE_BWD_BYTES * kk + K.MOE_PERMUTE_TOKEN_BYTES)
     # bytes moved (forward, backward): norms + residual adds + dropout, the MLP activation, the low-precision casts
-    ew_moved = ((K.RESIDUAL_FWD_BYTES * resid, act_fwd_bytes * act_elems, cast_fwd),
-                (K.RESIDUAL_BWD_BYTES * resid, act_bwd_bytes * act_elems, cast_bwd))
+    ew_moved = ((K.RESIDUAL_FWD_BYTES * resid, act_fwd_bytes * act_elems + permute_fwd, cast_fwd),
+                (K.RESIDUAL_BWD_BYTES * resid, act_bwd_bytes * act_elems + permute_bwd, cast_bwd))
     ew_fwd = (ew_moved[0][0] + ew_moved[0][1] + ew_moved[0][2]) / mem_rate
     ew_bwd = (ew_moved[1][0] + ew_moved[1][1] + ew_moved[1][2]) / mem_rate
     if any_eager:  # eager PyTorch modules: every operation its own kernel (dse.cost.eager)
