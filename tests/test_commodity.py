@@ -244,7 +244,8 @@ def test_module_shares_of_the_a800_step():
     as shares of the forward (75.0 ms) and of the backward (250.0 ms, its exposed communication included).  Issue 21
     asks each of QKV, attention (QKᵀ + softmax + PV), MLP, RMSNorm, RoPE, the output projection and the
     communication within 5 points; dse explain's module table gives the shares of its own forward and backward.
-    Every share is within 5 points but MLP's backward, 5.04 points off.
+    Every share is within 5 points (MLP's backward 4.55 points off, 5.04 before the embedding gradient's
+    unhidden reduction, parallel.embedding_gradient_tail).
     The DDP bucket copies go with the module whose gradients they copy (in the profile the backward GEMM modules
     run 3.0-3.7x their forward, the LM head 2.7x)."""
     from dse.explain import explain_row, explain_table
@@ -257,10 +258,27 @@ def test_module_shares_of_the_a800_step():
     for module, share in forward.items():
         assert abs(mods.loc[module, "fwd_pct"] - share) <= 5.0, (module, mods.loc[module, "fwd_pct"], share)
     for module, share in backward.items():
-        # MLP backward misses by 0.04 points (40.54 against 35.5): dse's backward is 207 ms against the profile's
-        # 250, its exposed communication and RMSNorm/RoPE short; recorded in the README ("Commodity servers")
-        limit = 5.1 if module == "mlp" else 5.0
-        assert abs(mods.loc[module, "bwd_pct"] - share) <= limit, (module, mods.loc[module, "bwd_pct"], share)
+        assert abs(mods.loc[module, "bwd_pct"] - share) <= 5.0, (module, mods.loc[module, "bwd_pct"], share)
+
+
+def test_embedding_gradient_reduction_hides_under_nothing():
+    """The input embedding's gradient is the backward's last: with the gradient all-reduce overlapped (DDP, ZeRO 0)
+    its share of the reduction, P_emb / P_stage, is exposed whole and only the rest costs kappa of itself:
+    exposed = max(ideal, tail + kappa (M - tail)).  M is the serial all-reduce (the same row without overlap);
+    Llama-2-7B's embedding is 32,000 x 4,096 of its 6.74e9 parameters on one stage (the A800 profile's step,
+    batch 2, where the ideal exposure is 0: the all-reduce is shorter than the backward)."""
+    from dse.cost import constants as K
+    from dse.explain import explain_row
+    row = {**BASE, "system": "a800-sxm-80gb", "zero": 0, "micro_batch": 2, "global_batch": 16,
+           "stack": "deepspeed-2023", "attention": "standard"}
+    serial = explain_row({**row, "dp_overlap": 0})
+    overlapped = explain_row({**row, "dp_overlap": 1})
+    M = serial["time_dp_comm_s"] - serial["detail_grad_copy_s"]
+    exposed = overlapped["time_dp_comm_s"] - overlapped["detail_grad_copy_s"]
+    tail = M * 32_000 * 4_096 / overlapped["params_per_gpu"]
+    kappa = K.OVERLAP_COMPUTE_SLOWDOWN / (1.0 + K.OVERLAP_COMPUTE_SLOWDOWN)
+    assert exposed == pytest.approx(tail + kappa * (M - tail), rel=1e-5)
+    assert exposed > kappa * M  # the embedding's share no longer hides
 
 
 def test_module_table_adds_up_to_the_step():

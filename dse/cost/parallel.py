@@ -177,6 +177,20 @@ def ep_overlap_exposed(ep_fwd: Array, ep_bwd: Array, attn_fwd: Array, mlp_fwd: A
     return unpaired * (ep_fwd + ep_bwd) + (1.0 - unpaired) * paired
 
 
+def embedding_gradient_tail(grad_sync_s: Array, embed_params: Array, stage_params: Array) -> Array:
+    """Seconds of a stage's overlapped gradient reduction that no backward compute can hide: the input embedding's.
+
+        t = t_sync · P_emb / P_stage
+
+    The embedding is the first module of the forward, so the backward produces its gradient last; PyTorch DDP gives
+    a parameter larger than its bucket (``bucket_cap_mb``, 25 MB) a bucket of its own and Megatron-core's DDP fills
+    its buckets in the reverse order of use, so that bucket is reduced after the backward has ended and the
+    optimizer waits for it (``torch/nn/parallel/distributed.py`` ``_DDPSink`` / ``reducer.cpp`` ``finalize_backward``;
+    ``megatron/core/distributed/param_and_grad_buffer.py``), at the rate of the stage's whole reduction
+    ``grad_sync_s`` of ``stage_params`` parameters."""
+    return grad_sync_s * embed_params / stage_params
+
+
 def overlapped_exposed(exposed_s: Array, overlapped_s: Array) -> Array:
     """Exposed time of communication that runs beside compute, counting what it takes from that compute:
 

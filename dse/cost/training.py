@@ -92,6 +92,7 @@ from dse.cost.parallel import (
     cp_kv_chunk_bytes,
     cp_ring_backward_bytes,
     cp_ring_forward_bytes,
+    embedding_gradient_tail,
     ep_dispatch_bytes,
     ep_overlap_exposed,
     overlapped_exposed,
@@ -806,7 +807,13 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
                  + dp_overlap * once * grad_sync)
     # what the overlapped data-parallel collectives take from the compute beside them (overlapped_exposed)
     dp_beside = dp_overlap * ((1.0 - once) * grad_sync + z12 * param_gather) + m * gathers_hidden
-    hidden_dp = overlapped_exposed(exposed(0.0, 0.0), dp_beside)
+    # the input embedding's gradient comes last: its reduction, on the stage that holds it, hides under nothing
+    # (overlapped reductions of ZeRO 0-2 and the distributed optimizer; LoRA freezes the embedding):
+    # max(ideal exposure, tail + κ·(the rest)), overlapped_exposed's form with the tail outside the overlap
+    first_fullest = (1.0 - mid_fullest) * ((p_first >= p_last) | (p <= 1)).astype(f64)
+    tail = (dp_overlap * (1.0 - once) * (1.0 - z3) * (1.0 - peft) * first_fullest
+            * embedding_gradient_tail(grad_sync, p_embed, p_stage))
+    hidden_dp = np.maximum(exposed(0.0, 0.0), tail + overlapped_exposed(0.0 * tail, dp_beside - tail))
     dp_exposed = serial_dp + hidden_dp
     host_state = 0.0 * t_opt_gpu
     if any_offload:
