@@ -191,14 +191,16 @@ def embedding_gradient_tail(grad_sync_s: Array, embed_params: Array, stage_param
     return grad_sync_s * embed_params / stage_params
 
 
-def overlapped_exposed(exposed_s: Array, overlapped_s: Array) -> Array:
+def overlapped_exposed(exposed_s: Array, overlapped_s: Array, unhidden_s: Array | float = 0.0) -> Array:
     """Exposed time of communication that runs beside compute, counting what it takes from that compute:
 
-        t = max(t_exposed, κ·M),   κ = σ / (1 + σ)
+        t = max(t_exposed, U + κ·(M − U)),   κ = σ / (1 + σ)
 
     ``exposed_s`` the exposed time on an ideal overlap (max(M − C, 0) for a transfer M under compute C),
     ``overlapped_s`` the communication M issued to run beside compute.  While M runs, compute proceeds at
     1/(1 + σ) of its rate (σ = ``OVERLAP_COMPUTE_SLOWDOWN``, Lee et al. 2025, measured): compute C with M beside
-    it ends at C + κ·M when M ≤ C·(1 + σ), else at M -- so the step pays max(M − C, κ·M) over C."""
+    it ends at C + κ·M when M ≤ C·(1 + σ), else at M -- so the step pays max(M − C, κ·M) over C.  ``unhidden_s``
+    (U) is the part of M that can only start after the compute has ended (e.g.
+    :func:`embedding_gradient_tail`): paid whole, the rest at κ; U = 0 is the plain form."""
     kappa = K.OVERLAP_COMPUTE_SLOWDOWN / (1.0 + K.OVERLAP_COMPUTE_SLOWDOWN)
-    return np.maximum(exposed_s, kappa * overlapped_s)
+    return np.maximum(exposed_s, unhidden_s + kappa * (overlapped_s - unhidden_s))

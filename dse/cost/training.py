@@ -716,7 +716,8 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
         p_first = p_first + single * p_mtp
     p_mid = (p > 2) * L_mid * p_layer
     mid_fullest = ((p_mid > p_first) & (p_mid > p_last)).astype(f64)
-    lpm = pick(mid_fullest, L_mid, pick(((p_first >= p_last) | (p <= 1)).astype(f64), L_first, L_last))
+    first_holds_more = ((p_first >= p_last) | (p <= 1)).astype(f64)  # the first rank holds the most, or is the only
+    lpm = pick(mid_fullest, L_mid, pick(first_holds_more, L_first, L_last))
     p_stage = np.maximum(np.maximum(p_first, (1.0 - single) * p_last), p_mid)
     p_expert = lpm * p_expert_layer
     p_dense = p_stage - p_expert
@@ -809,11 +810,10 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
     dp_beside = dp_overlap * ((1.0 - once) * grad_sync + z12 * param_gather) + m * gathers_hidden
     # the input embedding's gradient comes last: its reduction, on the stage that holds it, hides under nothing
     # (overlapped reductions of ZeRO 0-2 and the distributed optimizer; LoRA freezes the embedding):
-    # max(ideal exposure, tail + κ·(the rest)), overlapped_exposed's form with the tail outside the overlap
-    first_fullest = (1.0 - mid_fullest) * ((p_first >= p_last) | (p <= 1)).astype(f64)
-    tail = (dp_overlap * (1.0 - once) * (1.0 - z3) * (1.0 - peft) * first_fullest
+    # max(ideal exposure, tail + κ·(the rest)): overlapped_exposed with the tail unhidden
+    tail = (dp_overlap * (1.0 - once) * (1.0 - z3) * (1.0 - peft) * (1.0 - mid_fullest) * first_holds_more
             * embedding_gradient_tail(grad_sync, p_embed, p_stage))
-    hidden_dp = np.maximum(exposed(0.0, 0.0), tail + overlapped_exposed(0.0 * tail, dp_beside - tail))
+    hidden_dp = overlapped_exposed(exposed(0.0, 0.0), dp_beside, tail)
     dp_exposed = serial_dp + hidden_dp
     host_state = 0.0 * t_opt_gpu
     if any_offload:
@@ -978,8 +978,8 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
                                                                      * K.EAGER_KERNEL_S)
             for k, v in moved.items():
                 phase_m[k] = phase_m.get(k, 0.0) + v / mem_rate
-        p_qkv = (h * rec["attn_in"] + rec["up_params"]) / t + h * rec["attn_rep"]
         p_out = rec["o_width"] * h / t
+        p_qkv = p_attn - p_out  # the layer's attention parameters but the output projection's
         for k, share in (("qkv", p_qkv), ("output", p_out), ("mlp", p_layer - p_qkv - p_out)):
             bwd_m[k] = bwd_m[k] + (1.0 - peft) * grad_copy * share / p_layer
         bwd_m["adapters"] = bwd_m["adapters"] + peft * grad_copy
