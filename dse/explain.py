@@ -391,7 +391,8 @@ def format_explain_infer(row: pd.Series, ops: pd.DataFrame) -> str:
 SERVE_PART_LABELS = {
     "iter_gemm_ms": "GEMMs (all tokens of the iteration)", "iter_prefill_attention_ms": "prompt attention (causal)",
     "iter_decode_attention_ms": "decode attention (KV reads)", "iter_elementwise_ms": "norms, activations, KV writes",
-    "iter_tp_comm_ms": "TP all-reduces", "iter_overhead_ms": "per-layer + per-request host overhead",
+    "iter_tp_comm_ms": "TP all-reduces", "iter_ep_comm_ms": "EP dispatch + combine all-to-alls",
+    "iter_overhead_ms": "per-layer + per-request host overhead",
     "iter_logits_ms": "logits",
     "iter_pp_comm_ms": "pipeline send/recv",
     "iter_draft_ms": "speculative drafter (MTP or EAGLE)",
@@ -492,6 +493,8 @@ def format_explain_serve(row: pd.Series) -> str:
     total = float(row["iteration_ms"])
     for part in ITERATION_PARTS:
         v = float(row[part])
+        if part == "iter_ep_comm_ms" and not v > 0.0:  # no expert parallelism: no all-to-all row
+            continue
         lines.append(f"  {SERVE_PART_LABELS[part]:<40s} {v:12.3f} ms  {100 * v / total:5.1f} %")
         if part == "iter_gemm_ms" and expert_width_text(row):
             lines.append(expert_width_text(row))

@@ -1110,3 +1110,22 @@ def test_explain_prints_the_routing_skew_the_kernel_used_under_a_calibration():
     row = explain_row(config, {("blackwell", "moe_routing_skew"): 2.0})
     assert float(row[ROUTING_SKEW]) == pytest.approx(2.0 + 2.0 * slope)
     assert np.isnan(float(explain_row({**config, "model": "llama3.3-70b", "ep": 1})[ROUTING_SKEW]))
+
+
+def test_expert_parallel_all_to_alls_are_their_own_part_of_the_iteration():
+    """The dispatch and combine all-to-alls of wide expert parallelism (attention-DP + EP) are reported as
+    ``iter_ep_comm_ms`` (the parts still sum to ``iteration_ms``), 0 without ep or without experts; with the same
+    8 ranks per group, a group that leaves the 8-GPU NVLink domain of H100 servers (ep 16) moves each token slower
+    than one inside it (ep 8): per iteration token, its all-to-all time is larger."""
+    from dse.cost.serving import ITERATION_PARTS
+
+    rows = [_moe_row(), _moe_row(dp=1, ep=1, model="qwen3-30b-a3b"), {**BASE, "model": "llama3.3-70b"},
+            _moe_row(system="h100-sxm-80gb", dp=16, ep=16, model="qwen3-235b-a22b")]
+    out = evaluate_serve(pd.DataFrame(rows))
+    parts = out[list(ITERATION_PARTS)].sum(axis=1).to_numpy()
+    assert parts == pytest.approx(out["iteration_ms"].to_numpy(), rel=1e-5)
+    ep = out["iter_ep_comm_ms"].to_numpy()
+    assert ep[0] > 0.0 and ep[1] == 0.0 and ep[2] == 0.0
+    per_token = ep / out["iteration_tokens"].to_numpy()
+    inside = evaluate_serve(pd.DataFrame([_moe_row(system="h100-sxm-80gb", model="qwen3-235b-a22b")]))
+    assert per_token[3] > float(inside["iter_ep_comm_ms"].iloc[0] / inside["iteration_tokens"].iloc[0])

@@ -102,12 +102,13 @@ SERVE_METRICS: tuple[str, ...] = (
     "iteration_tokens",
     "kv_capacity_requests", "weights_bytes", "kv_cache_bytes", "mem_total_bytes", "energy_per_output_token_j",
     "iter_gemm_ms", "iter_prefill_attention_ms", "iter_decode_attention_ms", "iter_elementwise_ms", "iter_tp_comm_ms",
-    "iter_overhead_ms", "iter_logits_ms", "iter_pp_comm_ms", "iter_draft_ms", "kv_transfer_s",
+    "iter_ep_comm_ms", "iter_overhead_ms", "iter_logits_ms", "iter_pp_comm_ms", "iter_draft_ms", "kv_transfer_s",
     "decode_tokens_per_s_per_gpu",
 )
 #: The parts of ``iteration_ms`` (one stage's iteration; they sum to it).
 ITERATION_PARTS: tuple[str, ...] = ("iter_gemm_ms", "iter_prefill_attention_ms", "iter_decode_attention_ms",
-                                    "iter_elementwise_ms", "iter_tp_comm_ms", "iter_overhead_ms", "iter_logits_ms",
+                                    "iter_elementwise_ms", "iter_tp_comm_ms", "iter_ep_comm_ms", "iter_overhead_ms",
+                                    "iter_logits_ms",
                                     "iter_pp_comm_ms", "iter_draft_ms")
 #: What binds the steady state (column ``limit``).
 LIMITS: tuple[str, ...] = ("batch", "kv_memory", "tokens", "compute", "bandwidth", "prefill_pool", "kv_transfer",
@@ -273,11 +274,13 @@ def _iteration(c: dict[str, Array], X: Array, parts: dict[str, Array] | None = N
     D = (X if X_dec is None else X_dec) * c["decode_len"]  # decode steps (one token each, 1 + n drafts verified)
     M = X * c["input_len"] + D * (1.0 + c["spec_n"])  # prompt + decode tokens through the layers
     gemm = c["gemm_token"] * M + c["gemm_weights"]
+    ep_comm = 0.0 * gemm
     if c["any_moe"]:  # the experts the tokens visit: E·(1 − (1 − k/E)^M) of them (inference.experts_visited);
         # with expert parallelism the GPU's E/ep whole experts, visited by the tokens of its ep/tp replicas
         visited = c["ep_share"] * experts_visited(c["experts"], c["top_k"], M * c["ep_group"])
         gemm = gemm + c["moe"] * c["ffn_weights"] * (c["ep_scale"] * visited - 1.0)
-        gemm = gemm + c["ep_token"] * M + c["ep_pass"]  # dispatch and combine all-to-alls
+        ep_comm = c["ep_token"] * M + c["ep_pass"]  # dispatch and combine all-to-alls
+        gemm = gemm + ep_comm
     attn_pre = c["prefill_attention"] * X
     # a decode step's attention reads the KV once; with n drafts verified its FLOPs grow (1 + n)-fold
     attn_dec = D * (c["decode_attention"] + c["spec_n"] * (c["decode_attention"] - c["kv_read_token"]))
@@ -301,9 +304,10 @@ def _iteration(c: dict[str, Array], X: Array, parts: dict[str, Array] | None = N
     t_stage = t_stage + host
     if parts is not None:
         n = c["layers_per_stage"] * 1e3
-        parts.update({"iter_gemm_ms": n * gemm, "iter_prefill_attention_ms": n * attn_pre,
+        parts.update({"iter_gemm_ms": n * (gemm - ep_comm), "iter_prefill_attention_ms": n * attn_pre,
                       "iter_decode_attention_ms": n * attn_dec, "iter_elementwise_ms": n * ew,
-                      "iter_tp_comm_ms": n * tp, "iter_overhead_ms": n * c["overhead"] + host * 1e3,
+                      "iter_tp_comm_ms": n * tp, "iter_ep_comm_ms": n * ep_comm,
+                      "iter_overhead_ms": n * c["overhead"] + host * 1e3,
                       "iter_logits_ms": logits * 1e3, "iter_pp_comm_ms": p2p * 1e3, "iter_draft_ms": draft * 1e3})
     return t_stage, c["compute_token"] * M, c["traffic_pass"] + c["kv_read_token"] * D
 
