@@ -15,7 +15,14 @@ from dse import codes
 from dse.cost.inference import OPS, inference_ops
 from dse.cost.memory import optimizer_layout_bytes
 from dse.cost.training import LAYER_BREAKDOWN, MEMORY_BREAKDOWN, MODULES, TIME_BREAKDOWN
-from dse.frame import evaluate_decode_bound, evaluate_infer, evaluate_routing_skew, evaluate_train, infer_inputs
+from dse.frame import (
+    evaluate_decode_bound,
+    evaluate_infer,
+    evaluate_prompt_attention_rate,
+    evaluate_routing_skew,
+    evaluate_train,
+    infer_inputs,
+)
 from dse.hardware import catalog as hwcat
 
 Overrides = dict[tuple[str, str], float]
@@ -79,6 +86,9 @@ MEMORY_LABELS = {
 HBM_BOUND = "decode_hbm_bound_tokens_per_s_per_gpu"
 #: The factor ``dse explain`` applies to the routed experts' GEMMs (:func:`dse.frame.evaluate_routing_skew`).
 ROUTING_SKEW = "routing_skew"
+#: The prompt attention's rate and kernel in an explained serving row
+#: (:func:`dse.frame.evaluate_prompt_attention_rate`).
+PROMPT_ATTENTION_RATE, PROMPT_ATTENTION_FP8 = "prompt_attention_flops_per_s", "prompt_attention_fp8"
 
 
 def hbm_bound_text(row: pd.Series) -> str:
@@ -102,6 +112,8 @@ def explain_row(config: Mapping[str, object], overrides: Overrides | None = None
         row = out.iloc[0].copy()
         row[HBM_BOUND] = evaluate_decode_bound(frame, "serve", "dse explain", overrides)[0]
         row[ROUTING_SKEW] = evaluate_routing_skew(frame, "serve", "dse explain", overrides)[0]
+        rate, fp8 = evaluate_prompt_attention_rate(frame, "dse explain", overrides)
+        row[PROMPT_ATTENTION_RATE], row[PROMPT_ATTENTION_FP8] = rate[0], fp8[0]
         row["model"] = config.get("model", "custom model")
         row["task"] = "serve"
         row["stack"] = config.get("stack")
@@ -498,6 +510,11 @@ def format_explain_serve(row: pd.Series) -> str:
         lines.append(f"  {SERVE_PART_LABELS[part]:<40s} {v:12.3f} ms  {100 * v / total:5.1f} %")
         if part == "iter_gemm_ms" and expert_width_text(row):
             lines.append(expert_width_text(row))
+        if part == "iter_prefill_attention_ms":
+            kernel = ("FP8 context FMHA (the stack's fp8_context_fmha with an FP8 KV cache or FP8/FP4 GEMMs)"
+                      if float(row[PROMPT_ATTENTION_FP8]) > 0 else "16-bit kernels")
+            lines.append(f"    {kernel} at {float(row[PROMPT_ATTENTION_RATE]) / 1e12:.0f} TFLOP/s "
+                         "(dse.cost.inference.prompt_attention_rate)")
     lines += ["", "Memory per GPU",
               f"  {'weights':<40s} {float(row['weights_bytes']) / 1e9:12.2f} GB",
               f"  {'KV cache in use':<40s} {float(row['kv_cache_bytes']) / 1e9:12.2f} GB",

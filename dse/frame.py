@@ -554,6 +554,20 @@ def evaluate_routing_skew(frame: pd.DataFrame, task: str, source: str = "<frame>
     return np.where(x["experts"] > 1, skew, np.nan).astype(np.float64)
 
 
+def evaluate_prompt_attention_rate(frame: pd.DataFrame, source: str = "<frame>",
+                                   overrides: dict[tuple[str, str], float] | None = None
+                                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(FLOP/s, 1 where FP8 context FMHA) of the prompt attention of every serving row of ``frame``, in row order
+    (:func:`dse.cost.inference.prompt_attention_rate`, :func:`dse.cost.inference.fp8_context_fmha_rows`)."""
+    from dse.cost.inference import fp8_context_fmha_rows, kv_bytes_per_value, prompt_attention_rate
+
+    x, sys_codes = serve_inputs(frame, source)
+    both = {**x, **hwcat.hardware_columns(sys_codes, overrides)}
+    kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
+    return (prompt_attention_rate(both, kv_b).astype(np.float64),
+            np.asarray(fp8_context_fmha_rows(both, kv_b), dtype=np.float64))
+
+
 #: Categorical inputs of the inference-side models, decoded back to names beside their outputs.
 INFERENCE_VOCABULARIES = {"mlp": codes.MLP, "precision": codes.PRECISION, "kv_precision": codes.KV_PRECISION}
 
@@ -681,6 +695,7 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     x["request_setup_s"] = np.full(n, np.nan)
     x["host_overlap"] = np.full(n, np.nan)
     x["window_kv"] = np.full(n, np.nan)
+    x["fp8_context_fmha"] = np.full(n, np.nan)
     # (decode_kv_reads: filled by infer_inputs from the row or its stack)
     x["concurrency"] = _integers(frame, "concurrency", source)
     both = ~np.isnan(x["concurrency"]) & ~np.isnan(x["request_rate"])

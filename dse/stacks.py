@@ -107,7 +107,8 @@ SERVE_KNOBS: dict[str, str] = {"decode_kv_reads": "per_kv_head or per_query_head
                                "kv_reservation": "mean or full", "kv_memory_basis": "free or total",
                                "request_overhead_s": "seconds >= 0", "request_setup_s": "seconds >= 0",
                                "host_overlap": "none, always or single_stage",
-                               "window_kv": "window or full", "moe_imbalance": "number >= 1"}
+                               "window_kv": "window or full", "moe_imbalance": "number >= 1",
+                               "fp8_context_fmha": "0 or 1"}
 #: Values of the serving settings that name rather than count: their code in the kernel.
 SERVE_VALUE_CODES: dict[str, tuple[str, ...]] = {"decode_kv_reads": codes.DECODE_KV_READS,
                                                  "kv_reservation": ("mean", "full"),
@@ -162,12 +163,13 @@ SERVING_STACK_SETTINGS: tuple[tuple[str, str], ...] = (
     ("max_num_tokens", "max_num_tokens"), ("decode_kv_reads", "decode_kv_reads"), ("cuda_graphs", "cuda_graphs"),
     ("kv_reservation", "kv_reservation"), ("kv_memory_basis", "kv_memory_basis"),
     ("request_overhead_s", "request_overhead_s"), ("request_setup_s", "request_setup_s"),
-    ("host_overlap", "host_overlap"), ("window_kv", "window_kv"), ("moe_imbalance", "moe_imbalance"))
+    ("host_overlap", "host_overlap"), ("window_kv", "window_kv"), ("moe_imbalance", "moe_imbalance"),
+    ("fp8_context_fmha", "fp8_context_fmha"))
 #: Serving inputs that neither the row nor its stack sets take these values (no CUDA graphs, KV on demand, no host
 #: time per running request).
 SERVING_UNSTATED: dict[str, float] = {"cuda_graphs": 0.0, "kv_reservation": 0.0, "kv_memory_basis": 0.0,
                                       "request_overhead_s": 0.0, "request_setup_s": 0.0, "host_overlap": 0.0,
-                                      "window_kv": 0.0}
+                                      "window_kv": 0.0, "fp8_context_fmha": 0.0}
 #: Profile values set for a fit (:mod:`dse.validation.fit`): (stack, key) -> value; empty when shipped.
 PROFILE_OVERRIDES: dict[tuple[str, str], str] = {}
 

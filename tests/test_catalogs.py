@@ -279,8 +279,8 @@ def test_provenance_parser_on_known_rows():
     assert amp["scaleup_latency_us"] == {"ASSUMPTION"}
     bw = provenance(EFFICIENCY_RAW.set_index("generation").loc["blackwell", "source"])
     derived = {"matmul_eff_fp4", "infer_matmul_eff_fp16", "infer_matmul_eff_fp8", "infer_matmul_eff_fp4",
-               "infer_attention_eff", "infer_allreduce_eff", "infer_allreduce_latency_us", "moe_routing_skew",
-               "moe_routing_skew_per_doubling"}
+               "infer_attention_eff", "infer_attention_eff_fp8", "infer_allreduce_eff", "infer_allreduce_latency_us",
+               "moe_routing_skew", "moe_routing_skew_per_doubling"}
     assert all(bw[c] == {"ASSUMPTION"} for c in hwcat.EFFICIENCY_COLUMNS if c not in derived)
     assert all("sourced" in bw[c] for c in derived)  # kernel benchmarks / TensorRT-LLM's GEMM tables
 
@@ -485,7 +485,8 @@ def test_blackwell_ultra_rate_factors_are_the_measured_kernel_ratios():
     system is empty (1): B200 and GB200 are the parts the Blackwell constants are checked on."""
     kernels = REPO / "tests" / "kernels"
     gemm = pd.read_csv(kernels / "trtllm_gemm_large_m.csv").set_index(["gpu", "dtype"])
-    attn = pd.read_csv(kernels / "trtllm_context_attention.csv").set_index("gpu")
+    attn = pd.read_csv(kernels / "trtllm_context_attention.csv").set_index(["gpu", "dtype"])
+    attn = attn.xs("bfloat16", level="dtype")
     sysf = hwcat.systems()
     for name, gpu, ref, ref_gpu in (("gb300-nvl72", "gb300", "gb200-nvl72", "gb200"),
                                     ("b300", "b300_sxm", "b200", "b200_sxm")):

@@ -1129,3 +1129,29 @@ def test_expert_parallel_all_to_alls_are_their_own_part_of_the_iteration():
     per_token = ep / out["iteration_tokens"].to_numpy()
     inside = evaluate_serve(pd.DataFrame([_moe_row(system="h100-sxm-80gb", model="qwen3-235b-a22b")]))
     assert per_token[3] > float(inside["iter_ep_comm_ms"].iloc[0] / inside["iteration_tokens"].iloc[0])
+
+
+def test_fp8_context_fmha_runs_prompt_attention_at_the_measured_fp8_rate():
+    """TensorRT-LLM's PyTorch flow runs the prompt attention as FP8 context FMHA when the KV cache is FP8 (paged
+    context FMHA, on with the default KV-block reuse) or the GEMMs are FP8/FP4 (attentionOp.cpp mFP8ContextFMHA):
+    with the stack's fp8_context_fmha on, those rows take the generation's measured FP8 context-attention rate and
+    the others (BF16 cache and GEMMs, an int8 cache) the BF16 one; with the knob off every row takes the BF16 rate.
+    The TensorRT-LLM 1.x profiles set it, the vLLM ones do not."""
+    from dse.cost.inference import kv_bytes_per_value, prompt_attention_rate
+    from dse.hardware import catalog as hwcat
+    from dse.stacks import profile
+
+    kv = np.array([codes.KV_PRECISION.index(k) for k in ("fp8", "auto", "bf16", "int8", "auto")], dtype=float)
+    prec = np.array([codes.PRECISION_BF16, codes.PRECISION_FP8, codes.PRECISION_BF16, codes.PRECISION_BF16,
+                     codes.PRECISION_BF16], dtype=float)
+    n = len(kv)
+    hw = hwcat.hardware_columns(np.full(n, hwcat.system_names().index("h100-sxm-80gb")))
+    kv_b = kv_bytes_per_value(kv, prec)
+    on = prompt_attention_rate({**hw, "kv_precision": kv, "precision": prec, "fp8_context_fmha": np.ones(n)}, kv_b)
+    off = prompt_attention_rate({**hw, "kv_precision": kv, "precision": prec, "fp8_context_fmha": np.zeros(n)}, kv_b)
+    eff = hwcat.efficiency().loc["hopper"]
+    fp8, bf16 = hw["infer_attention_fp8_rate"][0], hw["infer_attention_rate"][0]
+    assert fp8 / bf16 == pytest.approx(eff["infer_attention_eff_fp8"] / eff["infer_attention_eff"])
+    assert list(on) == [fp8, fp8, bf16, bf16, bf16] and list(off) == [bf16] * n
+    assert profile("tensorrt-llm-1.1")["fp8_context_fmha"] == profile("tensorrt-llm-1.0")["fp8_context_fmha"] == "1"
+    assert "fp8_context_fmha" not in profile("vllm-0.11")

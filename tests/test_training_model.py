@@ -340,6 +340,7 @@ def test_rtx_pro_6000_and_ada_serving_gemm_efficiencies_are_hoppers_scaled_by_on
     # except the engine all-reduce and the MoE routing skew, measured on its own server (tests/test_fit.py checks
     # those fits)
     derived = {"infer_matmul_eff_fp16", "infer_matmul_eff_fp8", "infer_matmul_eff_fp4", "infer_attention_eff",
+               "infer_attention_eff_fp8",
                "infer_allreduce_eff", "infer_allreduce_latency_us", "moe_routing_skew", "moe_routing_skew_per_doubling"}
     for col in hwcat.EFFICIENCY_COLUMNS:
         if col not in derived:
@@ -348,15 +349,26 @@ def test_rtx_pro_6000_and_ada_serving_gemm_efficiencies_are_hoppers_scaled_by_on
 
 
 def test_prompt_attention_efficiency_is_the_measured_context_attention_median():
-    """infer_attention_eff of each generation with a TensorRT-LLM context-attention table is that table's median
-    fraction of the BF16 peak (tests/kernels/trtllm_context_attention.csv, ai-dynamo/aiconfigurator @095f58a)."""
-    table = pd.read_csv(Path(__file__).parent / "kernels" / "trtllm_context_attention.csv").set_index("gpu")
+    """infer_attention_eff (BF16 kernels) and infer_attention_eff_fp8 (FP8 context FMHA) of each generation with a
+    TensorRT-LLM context-attention table are that table's median fractions of the BF16 peak
+    (tests/kernels/trtllm_context_attention.csv, ai-dynamo/aiconfigurator @095f58a); Ampere has no FP8 kernel
+    (empty: its FP8 rate is the BF16 one)."""
+    table = pd.read_csv(Path(__file__).parent / "kernels" / "trtllm_context_attention.csv").set_index(["gpu", "dtype"])
     eff = hwcat.efficiency()
     for gpu, gen in (("a100_sxm", "ampere"), ("h100_sxm", "hopper"), ("b200_sxm", "blackwell"),
                      ("rtx_pro_6000_server", "blackwell-sm120"), ("l40s", "ada")):
         # 3 decimals in the file, the table's 4 (0.3965 -> 0.397)
-        assert eff.loc[gen, "infer_attention_eff"] == pytest.approx(table.loc[gpu, "median_eff"], abs=6e-4), gen
+        assert eff.loc[gen, "infer_attention_eff"] == pytest.approx(
+            table.loc[(gpu, "bfloat16"), "median_eff"], abs=6e-4), gen
+        if gen == "ampere":
+            assert np.isnan(eff.loc[gen, "infer_attention_eff_fp8"]) and (gpu, "fp8") not in table.index
+        else:
+            assert eff.loc[gen, "infer_attention_eff_fp8"] == pytest.approx(
+                table.loc[(gpu, "fp8"), "median_eff"], abs=6e-4), gen
     assert (table["source"].str.contains("aiconfigurator @095f58a")).all()
+    rates = hwcat.hardware_table()
+    a100 = hwcat.system_names().index("a100-sxm-80gb")
+    assert rates["infer_attention_fp8_rate"][a100] == rates["infer_attention_rate"][a100]
 
 
 def test_moe_nvfp4_grouped_gemm_fractions_are_the_measured_tables():

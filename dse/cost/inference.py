@@ -82,6 +82,34 @@ def kv_bytes_per_value(kv_precision: Array, precision: Array) -> Array:
     return pick(mask(kv == codes.KV_AUTO, kv), 2.0 - mask(low_math, kv), explicit)
 
 
+def fp8_context_fmha_rows(x: dict[str, Array], kv_b: Array) -> Array:
+    """1 on the rows whose prompt (context) attention runs as FP8 fused multi-head attention, else 0.
+
+    TensorRT-LLM's PyTorch flow sets it per layer as ``mFP8ContextFMHA = is_fp8_out || is_fp4_out ||
+    (hasFp8KvCache() && use_paged_context_fmha)`` (NVIDIA/TensorRT-LLM cpp/tensorrt_llm/thop/attentionOp.cpp
+    @38134b13): the attention's output quantized for an FP8 or NVFP4 output projection, or an FP8 KV cache read by
+    the paged context kernels, which ``use_paged_context_fmha`` selects whenever KV-cache block reuse is on
+    (``tensorrt_llm/_torch/attention_backend/trtllm.py``: chunked prefill, cache reuse or draft tokens;
+    ``KvCacheConfig.enable_block_reuse`` defaults to True in ``tensorrt_llm/llmapi/llm_args.py``), and "when FP8 KV
+    cache is being used, paged context FMHA cannot be used without FP8 attention".  MLA's context kernels follow
+    the same rule on sm90/100/103/120 (``mFP8ContextMLA``, the same file).  Here: the stack's ``fp8_context_fmha``
+    knob is on and the row caches its KV in 8 bits (``kv_b`` = 1; an explicit int8 cache is not FP8) or runs its
+    GEMMs in FP8 or FP4."""
+    kv = x["kv_precision"]
+    fp8_kv = mask(kv_b == 1.0, kv) * (1.0 - mask(kv == codes.KV_PRECISION.index("int8"), kv))
+    low_math = mask((x["precision"] == codes.PRECISION_FP8) | (x["precision"] == codes.PRECISION_FP4), kv)
+    return mask(x["fp8_context_fmha"] > 0, kv) * np.maximum(fp8_kv, low_math)
+
+
+def prompt_attention_rate(x: dict[str, Array], kv_b: Array) -> Array:
+    """FLOP/s of an engine's prompt (context) attention on one GPU: the generation's measured FP8 context-FMHA rate
+    (``infer_attention_fp8_rate``) on :func:`fp8_context_fmha_rows`, else its 16-bit one (``infer_attention_rate``),
+    both fractions of the 16-bit peak from TensorRT-LLM 1.3.0rc20's measured context-attention tables
+    (tests/kernels/trtllm_context_attention.csv: H100 0.572 against 0.491, B200 0.438 against 0.392, L40S 0.635
+    against 0.358, RTX PRO 6000 0.734 against 0.397)."""
+    return pick(fp8_context_fmha_rows(x, kv_b), x["infer_attention_fp8_rate"], x["infer_attention_rate"])
+
+
 def stage_layers(layers: Array, pp: Array) -> Array:
     """Layers on the fullest pipeline stage of an inference engine, ⌈L / pp⌉: TensorRT-LLM splits L layers over pp
     ranks with torch.tensor_split ("If num_layers % pp_size = n != 0, first n ranks get one extra layer",

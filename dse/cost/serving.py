@@ -77,6 +77,7 @@ from dse.cost.inference import (
     experts_visited,
     kv_bytes_per_value,
     layer_gemm_terms,
+    prompt_attention_rate,
     routed_weight_bytes,
     stage_layers,
 )
@@ -90,7 +91,7 @@ SERVE_INPUTS: tuple[str, ...] = (*INFER_INPUTS, "max_num_tokens", "request_rate"
                                  "kv_block_tokens", "decode_kv_reads", "prefill_gpus", "prefill_tp", "concurrency",
                                  "cuda_graphs", "kv_reservation", "kv_memory_basis", "ep", "spec_tokens",
                                  "spec_acceptance", "spec_method", "think_time_s", "arrival", "request_overhead_s",
-                                 "request_setup_s", "host_overlap", "window_kv")
+                                 "request_setup_s", "host_overlap", "window_kv", "fp8_context_fmha")
 #: Latency percentiles reported (per cent); ``ttft_s`` and ``tpot_s`` are the means.
 PERCENTILES: tuple[int, ...] = (50, 90, 99)
 TTFT_PERCENTILES: tuple[str, ...] = tuple(f"ttft_p{q}_s" for q in PERCENTILES)
@@ -247,7 +248,8 @@ def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array,
         "moe": moe, "any_moe": bool(moe.any()), "experts": x["experts"], "top_k": x["top_k"],
         "ep_scale": ep_scale, "ep_share": ep_share, "ep_group": ep_group, "ep_token": ep_token, "ep_pass": ep_pass,
         "prefill_attention": 4.0 * s_in * causal_keys(s_in, rec["window"], rec["full_frac"], K.CAUSAL_FRACTION,
-                                                      rec["chunk"]) * rec["core"] / t / x["infer_attention_rate"],
+                                                      rec["chunk"]) * rec["core"] / t
+        / prompt_attention_rate(x, kv_b),
         "decode_attention": decode_attention,
         "elementwise": (K.RESIDUAL_FWD_BYTES * h + act_bytes * ffn_tok / t + cached_values(x, rec) * kv_b) / mem,
         # two all-reduces of 2·h bytes per token (network.allreduce_terms): bytes per token, α per pass

@@ -40,6 +40,7 @@ HARDWARE_COLUMNS: tuple[str, ...] = (
     "infer_matmul_fp8_rate",
     "infer_matmul_fp4_rate",
     "infer_attention_rate",
+    "infer_attention_fp8_rate",
     "layer_overhead_s",
     "layer_overhead_graphs_s",
     "host_bw",
@@ -66,6 +67,7 @@ EFFICIENCY_COLUMNS: tuple[str, ...] = (
     "infer_matmul_eff_fp8",
     "infer_matmul_eff_fp4",
     "infer_attention_eff",
+    "infer_attention_eff_fp8",
     "infer_allreduce_eff",
     "scaleup_latency_us",
     "scaleout_latency_us",
@@ -265,6 +267,10 @@ def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "infer_matmul_fp8_rate": z(raw["tensor_fp8_flops"] * raw["infer_matmul_eff_fp8"] * gemm_x),
         # and their own context (prompt) attention kernels: TensorRT-LLM's fused multi-head attention
         "infer_attention_rate": z(raw["tensor_fp16_flops"] * raw["infer_attention_eff"] * attn_x),
+        # and its FP8 context FMHA (FP8 Q, K, V: dse.cost.inference.prompt_attention_rate), of the same 16-bit peak;
+        # a generation without FP8 tensor cores (empty) runs the 16-bit kernel
+        "infer_attention_fp8_rate": z(raw["tensor_fp16_flops"] * attn_x * np.where(
+            np.isnan(raw["infer_attention_eff_fp8"]), raw["infer_attention_eff"], raw["infer_attention_eff_fp8"])),
         "infer_matmul_fp4_rate": z(raw["tensor_fp4_flops"] * raw["infer_matmul_eff_fp4"]),
         "layer_overhead_s": z(raw["layer_overhead_s"]),
         # the same decode pass captured in a CUDA graph (an engine's cuda_graphs): no per-kernel launches
