@@ -17,6 +17,7 @@ from dse.cost.memory import optimizer_layout_bytes
 from dse.cost.training import LAYER_BREAKDOWN, MEMORY_BREAKDOWN, MODULES, TIME_BREAKDOWN
 from dse.frame import (
     evaluate_decode_bound,
+    evaluate_ep_exchange,
     evaluate_infer,
     evaluate_prompt_attention_rate,
     evaluate_routing_skew,
@@ -89,6 +90,9 @@ ROUTING_SKEW = "routing_skew"
 #: The prompt attention's rate and kernel in an explained serving row
 #: (:func:`dse.frame.evaluate_prompt_attention_rate`).
 PROMPT_ATTENTION_RATE, PROMPT_ATTENTION_FP8 = "prompt_attention_flops_per_s", "prompt_attention_fp8"
+#: 1 where an explained serving row's expert-parallel tokens travel by all-gather + reduce-scatter
+#: (:func:`dse.frame.evaluate_ep_exchange`).
+EP_ALLGATHER = "ep_allgather"
 
 
 def hbm_bound_text(row: pd.Series) -> str:
@@ -114,6 +118,7 @@ def explain_row(config: Mapping[str, object], overrides: Overrides | None = None
         row[ROUTING_SKEW] = evaluate_routing_skew(frame, "serve", "dse explain", overrides)[0]
         rate, fp8 = evaluate_prompt_attention_rate(frame, "dse explain", overrides)
         row[PROMPT_ATTENTION_RATE], row[PROMPT_ATTENTION_FP8] = rate[0], fp8[0]
+        row[EP_ALLGATHER] = evaluate_ep_exchange(frame, "dse explain", overrides)[0]
         row["model"] = config.get("model", "custom model")
         row["task"] = "serve"
         row["stack"] = config.get("stack")
@@ -403,7 +408,7 @@ def format_explain_infer(row: pd.Series, ops: pd.DataFrame) -> str:
 SERVE_PART_LABELS = {
     "iter_gemm_ms": "GEMMs (all tokens of the iteration)", "iter_prefill_attention_ms": "prompt attention (causal)",
     "iter_decode_attention_ms": "decode attention (KV reads)", "iter_elementwise_ms": "norms, activations, KV writes",
-    "iter_tp_comm_ms": "TP all-reduces", "iter_ep_comm_ms": "EP dispatch + combine all-to-alls",
+    "iter_tp_comm_ms": "TP all-reduces", "iter_ep_comm_ms": "EP token exchange (dispatch + combine)",
     "iter_overhead_ms": "per-layer + per-request host overhead",
     "iter_logits_ms": "logits",
     "iter_pp_comm_ms": "pipeline send/recv",
@@ -510,6 +515,10 @@ def format_explain_serve(row: pd.Series) -> str:
         lines.append(f"  {SERVE_PART_LABELS[part]:<40s} {v:12.3f} ms  {100 * v / total:5.1f} %")
         if part == "iter_gemm_ms" and expert_width_text(row):
             lines.append(expert_width_text(row))
+        if part == "iter_ep_comm_ms":
+            lines.append("    all-gather + reduce-scatter (the stack's ep_comm: TensorRT-LLM's attention DP; "
+                         "dse.cost.serving.allgather_exchange_time)" if float(row[EP_ALLGATHER]) > 0 else
+                         "    all-to-all of the routed copies (dse.cost.network.alltoall_time)")
         if part == "iter_prefill_attention_ms":
             kernel = ("FP8 context FMHA (the stack's fp8_context_fmha with an FP8 KV cache or FP8/FP4 GEMMs)"
                       if float(row[PROMPT_ATTENTION_FP8]) > 0 else "16-bit kernels")

@@ -568,6 +568,17 @@ def evaluate_prompt_attention_rate(frame: pd.DataFrame, source: str = "<frame>",
             np.asarray(fp8_context_fmha_rows(both, kv_b), dtype=np.float64))
 
 
+def evaluate_ep_exchange(frame: pd.DataFrame, source: str = "<frame>",
+                         overrides: dict[tuple[str, str], float] | None = None) -> np.ndarray:
+    """1 where a serving row's expert-parallel tokens travel by all-gather and reduce-scatter, else 0 (an
+    all-to-all, or no expert parallelism), in row order (:func:`dse.cost.serving.allgather_exchange_rows`)."""
+    from dse.cost.serving import allgather_exchange_rows
+
+    x, sys_codes = serve_inputs(frame, source)
+    return np.asarray(allgather_exchange_rows({**x, **hwcat.hardware_columns(sys_codes, overrides)}),
+                      dtype=np.float64)
+
+
 #: Categorical inputs of the inference-side models, decoded back to names beside their outputs.
 INFERENCE_VOCABULARIES = {"mlp": codes.MLP, "precision": codes.PRECISION, "kv_precision": codes.KV_PRECISION}
 
@@ -696,6 +707,7 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     x["host_overlap"] = np.full(n, np.nan)
     x["window_kv"] = np.full(n, np.nan)
     x["fp8_context_fmha"] = np.full(n, np.nan)
+    x["ep_comm"] = np.full(n, np.nan)
     # (decode_kv_reads: filled by infer_inputs from the row or its stack)
     x["concurrency"] = _integers(frame, "concurrency", source)
     both = ~np.isnan(x["concurrency"]) & ~np.isnan(x["request_rate"])

@@ -1155,3 +1155,32 @@ def test_fp8_context_fmha_runs_prompt_attention_at_the_measured_fp8_rate():
     assert list(on) == [fp8, fp8, bf16, bf16, bf16] and list(off) == [bf16] * n
     assert profile("tensorrt-llm-1.1")["fp8_context_fmha"] == profile("tensorrt-llm-1.0")["fp8_context_fmha"] == "1"
     assert "fp8_context_fmha" not in profile("vllm-0.11")
+
+
+def test_trtllm_attention_dp_exchanges_moe_tokens_by_allgather_and_reducescatter():
+    """TensorRT-LLM 1.x's CutlassFusedMoE with attention DP gathers every rank's quantized tokens and
+    reduce-scatters the BF16 outputs, and runs an all-to-all only over a multi-node NVLink domain with more expert
+    ranks than a token's experts (select_alltoall_method_type): ``ep_comm`` allgather picks those rows.  The
+    exchange then moves (n−1)·(h·(a + 2) + 8k) bytes per token against the all-to-all's 2·k·h·a·(n−1)/n: at a = 2
+    (BF16) n/k times as many, 8x for a top-1 model at ep 8, about 1x for top-8 at ep 8."""
+    from dse.cost.serving import allgather_exchange_rows, allgather_exchange_time
+    from dse.hardware import catalog as hwcat
+
+    names = hwcat.system_names()
+    systems = np.array([names.index(s) for s in ("h200-sxm-141gb", "gb200-nvl72", "gb200-nvl72", "h200-sxm-141gb",
+                                                  "h200-sxm-141gb")])
+    hw = hwcat.hardware_columns(systems)
+    x = {**hw, "ep_comm": np.array([1.0, 1.0, 1.0, 0.0, 1.0]), "ep": np.array([8.0, 4.0, 4.0, 8.0, 1.0]),
+         "top_k": np.array([1.0, 1.0, 8.0, 1.0, 1.0])}
+    assert list(allgather_exchange_rows(x)) == [1.0, 0.0, 1.0, 0.0, 0.0]
+    h, n = 5120.0, 8.0
+    one = {**{k: v[:1] for k, v in hw.items()}, "ep": np.array([n]), "hidden": np.array([h]),
+           "precision": np.array([float(codes.PRECISION_BF16)]), "moe_quant": np.zeros(1)}
+    for k in (1.0, 8.0):
+        per_token, _ = allgather_exchange_time({**one, "top_k": np.array([k])}, np.array([2.0]))
+        bytes_moved = float(per_token[0]) * hw["infer_allgather_bw"][0] / (n - 1.0)
+        assert bytes_moved == pytest.approx(h * 4.0 + 8.0 * k)
+        alltoall_bytes = 2.0 * k * h * 2.0 * (n - 1.0) / n
+        ratio = (n - 1.0) * bytes_moved / alltoall_bytes
+        assert ratio == pytest.approx(n * (4.0 * h + 8.0 * k) / (4.0 * k * h))
+        assert ratio == pytest.approx(n / k, rel=5e-3)

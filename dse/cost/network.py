@@ -73,6 +73,20 @@ def engine_tp_links(size: Array, hw: dict[str, Array]) -> GroupLinks:
     return GroupLinks(links.ring_bw, allreduce, latency, links.across)
 
 
+def engine_ep_links(size: Array, hw: dict[str, Array]) -> GroupLinks:
+    """The expert-parallel group of an inference engine that exchanges its MoE tokens by all-gather and
+    reduce-scatter (TensorRT-LLM's attention DP, :func:`dse.cost.serving.expert_parallel_terms`): inside a scale-up
+    domain they run NCCL's ring kernels at the message sizes of an iteration, ``infer_allgather_bw`` and
+    ``infer_allgather_latency_s``, fitted per generation on measured NCCL tables (dse/hardware/efficiency.csv); a
+    group that spans domains keeps :func:`group_links`' network bound (at least 1 B/s, as :func:`two_link_time`:
+    a system without a NIC is slow across nodes, not undefined)."""
+    links = group_links(np.ones_like(size), size, hw)
+    inside = 1.0 - links.across
+    ring = np.maximum(links.ring_bw + inside * (hw["infer_allgather_bw"] - links.ring_bw), 1.0)
+    latency = links.latency + inside * (hw["infer_allgather_latency_s"] - links.latency)
+    return GroupLinks(ring, links.allreduce_bw, latency, links.across)
+
+
 def link_latency(crosses_domain: Array, hw: dict[str, Array]) -> Array:
     """α of a transfer: the scale-up link's, or the scale-out network's where it leaves the domain
     (``crosses_domain`` a 0/1 mask or boolean)."""

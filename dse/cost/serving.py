@@ -81,7 +81,14 @@ from dse.cost.inference import (
     routed_weight_bytes,
     stage_layers,
 )
-from dse.cost.network import allreduce_terms, alltoall_time, engine_tp_links, p2p_link, spans_domains
+from dse.cost.network import (
+    allreduce_terms,
+    alltoall_time,
+    engine_ep_links,
+    engine_tp_links,
+    p2p_link,
+    spans_domains,
+)
 from dse.cost.select import columns_on_rows, mask, pick
 from dse.hardware.catalog import HARDWARE_COLUMNS
 
@@ -91,7 +98,7 @@ SERVE_INPUTS: tuple[str, ...] = (*INFER_INPUTS, "max_num_tokens", "request_rate"
                                  "kv_block_tokens", "decode_kv_reads", "prefill_gpus", "prefill_tp", "concurrency",
                                  "cuda_graphs", "kv_reservation", "kv_memory_basis", "ep", "spec_tokens",
                                  "spec_acceptance", "spec_method", "think_time_s", "arrival", "request_overhead_s",
-                                 "request_setup_s", "host_overlap", "window_kv", "fp8_context_fmha")
+                                 "request_setup_s", "host_overlap", "window_kv", "fp8_context_fmha", "ep_comm")
 #: Latency percentiles reported (per cent); ``ttft_s`` and ``tpot_s`` are the means.
 PERCENTILES: tuple[int, ...] = (50, 90, 99)
 TTFT_PERCENTILES: tuple[str, ...] = tuple(f"ttft_p{q}_s" for q in PERCENTILES)
@@ -408,9 +415,10 @@ def expert_parallel_terms(x: dict[str, Array], rec: dict[str, Array], act: Array
     """Wide expert parallelism in serving (TensorRT-LLM's attention-DP + EP "DEP", SGLang's large-scale EP,
     DeepSeek-V3 §3.4): ``ep`` GPUs share the routed experts, each holding E/ep whole experts, while attention
     runs per replica (tp GPUs each), so an EP group spans ep/tp replicas.  Per MoE layer and token, a dispatch
-    and a combine all-to-all move k·h values (``act`` bytes; network.alltoall_time over the group).  The GPU's
-    experts are visited by the tokens of its ep/tp replicas: E/ep·(1 − (1 − k/E)^(M·ep/tp)) of them stream
-    their weights.  ep = 1: the experts split by tp as before (every term 0 or 1).
+    and a combine all-to-all move k·h values (``act`` bytes; network.alltoall_time over the group), or, on the
+    rows :func:`allgather_exchange_rows` picks, an all-gather and a reduce-scatter (:func:`allgather_exchange_time`).
+    The GPU's experts are visited by the tokens of its ep/tp replicas: E/ep·(1 − (1 − k/E)^(M·ep/tp)) of them
+    stream their weights.  ep = 1: the experts split by tp as before (every term 0 or 1).
 
     Returns (on, scale of one expert's weights against the tp split, share of the experts on the GPU, replicas
     per group, seconds per token, seconds per pass)."""
@@ -429,8 +437,62 @@ def expert_parallel_terms(x: dict[str, Array], rec: dict[str, Array], act: Array
     per_byte, latency = columns_on_rows(ep > 1, alltoall, x, t, 2)
     moe = rec["moe_frac"] * on
     token = moe * 2.0 * k * x["hidden"] * act * per_byte / t  # a replica's tokens split over its tp ranks
+    gather = allgather_exchange_rows(x) * on
+    if np.any(gather > 0):
+        ag_token, ag_latency = columns_on_rows(gather > 0, lambda c: allgather_exchange_time(c, act_of(c)), x, t, 2)
+        token = token + gather * (moe * ag_token / t - token)
+        latency = latency + gather * (ag_latency - latency)
+    import os
+    if os.environ.get("EXP_AG"):
+        ring = x["scaleup_ring_bw"]
+        bus = np.where(ring < 60e9, 23e9, np.where(ring < 400e9, 297e9, 490e9))
+        if os.environ.get("EXP_AG") == "ring":
+            bus = ring
+        n = ep / t
+        mnnvl = (x["scaleup_gpus"] > 8) & (ep > k)
+        ag = moe * (n - 1.0) * x["hidden"] * (act + 2.0) / bus / t
+        token = np.where(mnnvl, token, ag)
     share = expert_slots_per_rank(x["experts"], ep) / np.maximum(x["experts"], 1.0)
     return (on, pick(on, t, 1.0), pick(on, share, 1.0), pick(on, ep / t, 1.0), token, moe * 2.0 * latency)
+
+
+def allgather_exchange_rows(x: dict[str, Array]) -> Array:
+    """1 on the expert-parallel rows whose engine exchanges the MoE tokens by all-gather and reduce-scatter: the
+    stack's ``ep_comm`` allgather (TensorRT-LLM 1.x) unless an all-to-all is chosen, which TensorRT-LLM does only
+    over a multi-node NVLink domain and with more expert ranks than a token's experts
+    (``CutlassFusedMoE.select_alltoall_method_type``: "if mapping.moe_ep_size <= top_k: NotEnabled", then
+    MNNVL where ``MnnvlMemory.supports_mnnvl()``; DeepEP only under TRTLLM_CAN_USE_DEEP_EP, which the perf-overview
+    runs do not set), else 0."""
+    ep_comm = x["ep_comm"]
+    alltoall = mask((x["scaleup_multinode"] > 0) & (x["ep"] > x["top_k"]), ep_comm)
+    return mask((ep_comm > 0) & (x["ep"] > 1), ep_comm) * (1.0 - alltoall)
+
+
+def act_of(x: dict[str, Array]) -> Array:
+    """Bytes per activation element at the row's precision (:func:`dse.cost.inference._rates`)."""
+    return _rates(x)[2]
+
+
+def allgather_exchange_time(x: dict[str, Array], act: Array) -> tuple[Array, Array]:
+    """(seconds per token, seconds per pass) of one MoE layer's token exchange by all-gather and reduce-scatter over
+    the ``ep`` ranks of an attention-DP group (TensorRT-LLM ``CutlassFusedMoE``: the rank's tokens are quantized,
+    then ``allgather([x, x_sf, token_selected_experts, token_final_scales])``, the experts run on every rank's
+    tokens, and ``reducescatter`` returns each rank its tokens' BF16 outputs; NVIDIA/TensorRT-LLM
+    tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py @000a01de).  Per token the all-gather moves
+    h·a bytes of activation (a = ``act``; NVFP4 adds its FP8 scale per 16 elements; block-scaled FP8 experts
+    quantize inside the fused kernel, so their input travels in BF16) and k int32 expert ids and fp32 weights, the
+    reduce-scatter h·2 bytes; each ring collective costs (n−1)·bytes / busbw (network.allgather_time, over the
+    engine's measured NCCL rate, network.engine_ep_links), with n = ep ranks.  Against an all-to-all of the k
+    routed copies (2·k·h·a·(n−1)/n) it moves n/k times the bytes at a of 2: 12x for Llama 4 Maverick (k = 1) at
+    ep 8, about the same for top-8 models at ep 8."""
+    n = x["ep"]
+    fp4 = mask(x["precision"] == codes.PRECISION_FP4, n)
+    block = mask((x["moe_quant"] == codes.MOE_QUANT_FP8_BLOCK) & (x["precision"] == codes.PRECISION_FP8), n)
+    a = act + fp4 / 16.0
+    a = a + block * (2.0 - a)
+    per_token = x["hidden"] * (a + 2.0) + 8.0 * x["top_k"]
+    links = engine_ep_links(n, x)
+    return (n - 1.0) * per_token / links.ring_bw, 2.0 * links.latency
 
 
 def expert_slots_per_rank(experts: Array, ep: Array) -> Array:

@@ -36,6 +36,9 @@ HARDWARE_COLUMNS: tuple[str, ...] = (
     "scaleout_latency_s",
     "infer_allreduce_bw",
     "infer_allreduce_latency_s",
+    "infer_allgather_bw",
+    "infer_allgather_latency_s",
+    "scaleup_multinode",
     "infer_matmul_fp16_rate",
     "infer_matmul_fp8_rate",
     "infer_matmul_fp4_rate",
@@ -72,6 +75,8 @@ EFFICIENCY_COLUMNS: tuple[str, ...] = (
     "scaleup_latency_us",
     "scaleout_latency_us",
     "infer_allreduce_latency_us",
+    "infer_allgather_eff",
+    "infer_allgather_latency_us",
     "layer_overhead_us",
     "layer_overhead_graphs_us",
     "mmha_elements_per_clk",
@@ -262,6 +267,15 @@ def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
                                          staged_bus_bandwidth(raw))),
         "infer_allreduce_latency_s": z(np.where(raw["p2p"] > 0, raw["infer_allreduce_latency_s"],
                                                 raw["scaleup_latency_s"])),
+        # and NCCL's all-gather and reduce-scatter at those sizes, the attention-DP MoE exchange of TensorRT-LLM
+        # (dse.cost.network.engine_ep_links); staged through host memory without peer-to-peer
+        "infer_allgather_bw": z(np.where(raw["p2p"] > 0, raw["scaleup_bw"] * raw["infer_allgather_eff"],
+                                         staged_bus_bandwidth(raw))),
+        "infer_allgather_latency_s": z(np.where(raw["p2p"] > 0, raw["infer_allgather_latency_s"],
+                                                raw["scaleup_latency_s"])),
+        # 1 where the scale-up (NVLink) domain spans more than one node: a multi-node NVLink system (GB200 NVL72),
+        # what TensorRT-LLM's MNNVL all-to-all needs (MnnvlMemory.supports_mnnvl)
+        "scaleup_multinode": z((raw["scaleup_gpus"] > raw["node_gpus"]).astype(np.float64)),
         # inference engines (TensorRT-LLM kernels) reach other GEMM efficiencies than training frameworks
         "infer_matmul_fp16_rate": z(raw["tensor_fp16_flops"] * raw["infer_matmul_eff_fp16"] * gemm_x),
         "infer_matmul_fp8_rate": z(raw["tensor_fp8_flops"] * raw["infer_matmul_eff_fp8"] * gemm_x),
@@ -375,6 +389,7 @@ def raw_table(overrides: tuple[tuple[str, str, float], ...] = ()) -> dict[str, n
         "scaleup_latency_s": g["scaleup_latency_us"].to_numpy() * 1e-6,
         "scaleout_latency_s": g["scaleout_latency_us"].to_numpy() * 1e-6,
         "infer_allreduce_latency_s": g["infer_allreduce_latency_us"].to_numpy() * 1e-6,
+        "infer_allgather_latency_s": g["infer_allgather_latency_us"].to_numpy() * 1e-6,
     }
     table["layer_overhead_s"] = g["layer_overhead_us"].to_numpy() * 1e-6
     table["layer_overhead_graphs_s"] = g["layer_overhead_graphs_us"].to_numpy() * 1e-6

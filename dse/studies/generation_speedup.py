@@ -40,7 +40,8 @@ FACTOR_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("scale-out (NIC)", ("scaleout_bw", "infer_matmul_fp16_rate", "infer_matmul_fp8_rate",
                          "infer_matmul_fp4_rate", "layer_overhead_s", "host_bw", "tdp_w", "mmha_rate",
                          "xqa_rate", "cpu_adam_rate", "host_mem_bytes", "layer_overhead_graphs_s",
-                         "infer_allreduce_bw", "infer_allreduce_latency_s", "moe_routing_skew",
+                         "infer_allreduce_bw", "infer_allreduce_latency_s", "infer_allgather_bw",
+                         "infer_allgather_latency_s", "scaleup_multinode", "moe_routing_skew",
                          "moe_routing_skew_per_doubling")),
 )
 #: Step index of the lower-precision group: from it on the layout search may use fp8 / fp4.

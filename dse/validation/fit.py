@@ -144,13 +144,15 @@ MOE_SKEW_MIN_TOKENS_PER_EXPERT = 256.0
 MOE_SKEW_MAX_EP = 16
 
 
-def engine_allreduce_fit(message_bytes: np.ndarray, ranks: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
+def engine_allreduce_fit(message_bytes: np.ndarray, ranks: np.ndarray, seconds: np.ndarray,
+                         passes: float = 2.0) -> tuple[float, float]:
     """(α in s, bus bandwidth in B/s) of the all-reduce model t = α + S·2(n−1)/n / busbw
     (:func:`dse.cost.network.allreduce_time`) fitted to measured kernel times by least squares on relative error:
-    min Σ ((α + S·f / busbw) / t − 1)², linear in (α, 1/busbw)."""
+    min Σ ((α + S·f / busbw) / t − 1)², linear in (α, 1/busbw); ``passes`` 1 fits the all-gather and
+    reduce-scatter model t = α + S·(n−1)/n / busbw (:func:`dse.cost.network.allgather_time`)."""
     t = np.asarray(seconds, dtype=np.float64)
     n = np.asarray(ranks, dtype=np.float64)
-    a = np.c_[1.0 / t, np.asarray(message_bytes, dtype=np.float64) * 2.0 * (n - 1.0) / n / t]
+    a = np.c_[1.0 / t, np.asarray(message_bytes, dtype=np.float64) * passes * (n - 1.0) / n / t]
     (alpha, inv_bw), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
     return float(alpha), float(1.0 / inv_bw)
 
@@ -172,6 +174,28 @@ def engine_allreduce_constants(table: pd.DataFrame) -> dict[str, tuple[float, fl
             raise ValueError(f"{gen}: the kernel table pools GPUs of different scale-up line rates: {sorted(rates)}")
         alpha, busbw = engine_allreduce_fit(rows["message_bytes"].to_numpy(), rows["num_gpus"].to_numpy(),
                                             rows["latency_us"].to_numpy() * 1e-6)
+        out[str(gen)] = (busbw / float(rates[0]), alpha * 1e6)
+    return out
+
+
+def engine_allgather_constants(table: pd.DataFrame) -> dict[str, tuple[float, float]]:
+    """Per generation: (infer_allgather_eff, infer_allgather_latency_us) from a table of measured NCCL all-gathers and
+    reduce-scatters (columns gpu, num_gpus, message_bytes, latency_us; tests/kernels/nccl_allgather_reducescatter.csv):
+    one fit of t = α + S·(n−1)/n / busbw over both collectives, 2-8 GPUs and 64 KB-128 MB, the bus bandwidth as a
+    fraction of the scale-up line rate of the system each GPU ran on (:data:`KERNEL_TABLE_SYSTEMS`)."""
+    from dse.hardware.catalog import systems
+
+    catalog = systems()
+    system = table["gpu"].map(KERNEL_TABLE_SYSTEMS)
+    generation = system.map(catalog["generation"])
+    line = system.map(catalog["scaleup_gbps"]) * 1e9
+    out: dict[str, tuple[float, float]] = {}
+    for gen, rows in table.groupby(generation):
+        rates = line[rows.index].unique()
+        if len(rates) != 1:
+            raise ValueError(f"{gen}: the kernel table pools GPUs of different scale-up line rates: {sorted(rates)}")
+        alpha, busbw = engine_allreduce_fit(rows["message_bytes"].to_numpy(), rows["num_gpus"].to_numpy(),
+                                            rows["latency_us"].to_numpy() * 1e-6, passes=1.0)
         out[str(gen)] = (busbw / float(rates[0]), alpha * 1e6)
     return out
 
