@@ -708,6 +708,7 @@ def serve_inputs(frame: pd.DataFrame, source: str = "<frame>") -> tuple[dict[str
     x["window_kv"] = np.full(n, np.nan)
     x["fp8_context_fmha"] = np.full(n, np.nan)
     x["ep_comm"] = np.full(n, np.nan)
+    x["mla_decode"] = np.full(n, np.nan)
     # (decode_kv_reads: filled by infer_inputs from the row or its stack)
     x["concurrency"] = _integers(frame, "concurrency", source)
     both = ~np.isnan(x["concurrency"]) & ~np.isnan(x["request_rate"])

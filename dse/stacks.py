@@ -108,14 +108,16 @@ SERVE_KNOBS: dict[str, str] = {"decode_kv_reads": "per_kv_head or per_query_head
                                "request_overhead_s": "seconds >= 0", "request_setup_s": "seconds >= 0",
                                "host_overlap": "none, always or single_stage",
                                "window_kv": "window or full", "moe_imbalance": "number >= 1",
-                               "fp8_context_fmha": "0 or 1", "ep_comm": "alltoall or allgather"}
+                               "fp8_context_fmha": "0 or 1", "ep_comm": "alltoall or allgather",
+                               "mla_decode": "roofline or measured"}
 #: Values of the serving settings that name rather than count: their code in the kernel.
 SERVE_VALUE_CODES: dict[str, tuple[str, ...]] = {"decode_kv_reads": codes.DECODE_KV_READS,
                                                  "kv_reservation": ("mean", "full"),
                                                  "kv_memory_basis": ("free", "total"),
                                                  "host_overlap": ("none", "always", "single_stage"),
                                                  "window_kv": ("window", "full"),
-                                                 "ep_comm": ("alltoall", "allgather")}
+                                                 "ep_comm": ("alltoall", "allgather"),
+                                                 "mla_decode": ("roofline", "measured")}
 SPECIAL = ("auto", "when_vpp", "when_uneven")
 #: The knobs a special value other than ``auto`` may set (``when_uneven`` resolves to a pipeline split).
 SPECIAL_KNOBS: dict[str, tuple[str, ...]] = {"when_vpp": ("dp_overlap", "pp_overlap", "sp"),
@@ -165,12 +167,12 @@ SERVING_STACK_SETTINGS: tuple[tuple[str, str], ...] = (
     ("kv_reservation", "kv_reservation"), ("kv_memory_basis", "kv_memory_basis"),
     ("request_overhead_s", "request_overhead_s"), ("request_setup_s", "request_setup_s"),
     ("host_overlap", "host_overlap"), ("window_kv", "window_kv"), ("moe_imbalance", "moe_imbalance"),
-    ("fp8_context_fmha", "fp8_context_fmha"), ("ep_comm", "ep_comm"))
+    ("fp8_context_fmha", "fp8_context_fmha"), ("ep_comm", "ep_comm"), ("mla_decode", "mla_decode"))
 #: Serving inputs that neither the row nor its stack sets take these values (no CUDA graphs, KV on demand, no host
 #: time per running request).
 SERVING_UNSTATED: dict[str, float] = {"cuda_graphs": 0.0, "kv_reservation": 0.0, "kv_memory_basis": 0.0,
                                       "request_overhead_s": 0.0, "request_setup_s": 0.0, "host_overlap": 0.0,
-                                      "window_kv": 0.0, "fp8_context_fmha": 0.0, "ep_comm": 0.0}
+                                      "window_kv": 0.0, "fp8_context_fmha": 0.0, "ep_comm": 0.0, "mla_decode": 0.0}
 #: Profile values set for a fit (:mod:`dse.validation.fit`): (stack, key) -> value; empty when shipped.
 PROFILE_OVERRIDES: dict[tuple[str, str], str] = {}
 

@@ -280,7 +280,8 @@ def test_provenance_parser_on_known_rows():
     bw = provenance(EFFICIENCY_RAW.set_index("generation").loc["blackwell", "source"])
     derived = {"matmul_eff_fp4", "infer_matmul_eff_fp16", "infer_matmul_eff_fp8", "infer_matmul_eff_fp4",
                "infer_attention_eff", "infer_attention_eff_fp8", "infer_allreduce_eff", "infer_allreduce_latency_us",
-               "moe_routing_skew", "moe_routing_skew_per_doubling", "infer_allgather_eff", "infer_allgather_latency_us"}
+               "moe_routing_skew", "moe_routing_skew_per_doubling", "infer_allgather_eff", "infer_allgather_latency_us",
+               "infer_mla_decode_eff", "infer_mla_decode_eff_fp8"}
     assert all(bw[c] == {"ASSUMPTION"} for c in hwcat.EFFICIENCY_COLUMNS if c not in derived)
     assert all("sourced" in bw[c] for c in derived)  # kernel benchmarks / TensorRT-LLM's GEMM tables
 

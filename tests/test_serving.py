@@ -1184,3 +1184,42 @@ def test_trtllm_attention_dp_exchanges_moe_tokens_by_allgather_and_reducescatter
         ratio = (n - 1.0) * bytes_moved / alltoall_bytes
         assert ratio == pytest.approx(n * (4.0 * h + 8.0 * k) / (4.0 * k * h))
         assert ratio == pytest.approx(n / k, rel=5e-3)
+
+
+def test_measured_mla_decode_kernels_set_the_tensorrt_llm_mla_decode():
+    """infer_mla_decode_eff(_fp8) are the measured medians of TensorRT-LLM's MLA generation kernels
+    (tests/kernels/trtllm_generation_mla.csv: H100 for Hopper, B200 for Blackwell, as a fraction of the BF16 peak);
+    on a DeepSeek-V3 row of a stack with mla_decode measured, one decode token's attention per layer is
+    max(F / rate, B / memory_rate) with F the absorbed-MLA FLOPs, at the FP8 rate with an FP8 latent cache; the
+    roofline rows (mla_decode roofline, or a GPU without a table) keep the attention-rate roofline, which is slower
+    at long contexts (the tables' kernels reach 2-3x the training attention rate)."""
+    from pathlib import Path
+
+    from dse.cost.inference import decode_attention_time, kv_bytes_per_value
+    from dse.frame import serve_inputs
+    from dse.hardware import catalog as hwcat
+
+    table = pd.read_csv(Path(__file__).parent / "kernels" / "trtllm_generation_mla.csv").set_index(
+        ["gpu", "kv_cache_dtype"])["median_eff"]
+    eff = hwcat.efficiency()
+    for gen, gpu in (("hopper", "h100_sxm"), ("blackwell", "b200_sxm")):
+        assert eff.loc[gen, "infer_mla_decode_eff"] == pytest.approx(table[(gpu, "bfloat16")], abs=6e-4)
+        assert eff.loc[gen, "infer_mla_decode_eff_fp8"] == pytest.approx(table[(gpu, "fp8")], abs=6e-4)
+    assert np.isnan(eff.loc["ampere", "infer_mla_decode_eff"])
+    frame = pd.DataFrame({"task": "serve", "model": "deepseek-v3", "system": ["b200", "b200", "b200"], "gpus": 8,
+                          "tp": 1, "dp": 8, "ep": 8, "precision": "fp4", "kv_precision": ["fp8", "bf16", "fp8"],
+                          "input_len": 1024, "output_len": 8192,
+                          "stack": ["tensorrt-llm-1.1", "tensorrt-llm-1.1", "vllm-0.11"]})
+    x, systems = serve_inputs(frame, "test")
+    xx = {**x, **hwcat.hardware_columns(systems)}
+    kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
+    ctx = np.full(3, 4096.0)
+    t, once = decode_attention_time(ctx, xx, np.ones(3), kv_b)
+    flops = 2.0 * 4096.0 * 128 * (2 * 512 + 64)
+    b200 = hwcat.systems().loc["b200", "tensor_fp16_tflops"] * 1e12
+    assert x["mla_decode"][0] == 1 and x["mla_decode"][2] == 0
+    assert t[0] == pytest.approx(max(flops / (b200 * eff.loc["blackwell", "infer_mla_decode_eff_fp8"]),
+                                     once[0] / xx["memory_rate"][0]), rel=1e-5)
+    assert t[1] == pytest.approx(max(flops / (b200 * eff.loc["blackwell", "infer_mla_decode_eff"]),
+                                     once[1] / xx["memory_rate"][1]), rel=1e-5)
+    assert t[2] > 2.0 * t[0]  # the roofline at the training attention rate

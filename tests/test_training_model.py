@@ -341,6 +341,7 @@ def test_rtx_pro_6000_and_ada_serving_gemm_efficiencies_are_hoppers_scaled_by_on
     # those fits)
     derived = {"infer_matmul_eff_fp16", "infer_matmul_eff_fp8", "infer_matmul_eff_fp4", "infer_attention_eff",
                "infer_attention_eff_fp8", "infer_allgather_eff", "infer_allgather_latency_us",
+               "infer_mla_decode_eff", "infer_mla_decode_eff_fp8",
                "infer_allreduce_eff", "infer_allreduce_latency_us", "moe_routing_skew", "moe_routing_skew_per_doubling"}
     for col in hwcat.EFFICIENCY_COLUMNS:
         if col not in derived:

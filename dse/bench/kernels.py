@@ -522,6 +522,7 @@ def random_serve_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], 
     x["window_kv"] = x["kv_reservation"].copy()  # windowed layers held in full where KV is reserved (not drawn)
     x["fp8_context_fmha"] = x["cuda_graphs"].copy()  # FP8 context FMHA with the graph-replaying engines (not drawn)
     x["ep_comm"] = x["cuda_graphs"].copy()  # their all-gather MoE exchange (not drawn: the other draws unchanged)
+    x["mla_decode"] = x["cuda_graphs"].copy()  # and their measured MLA decode kernels (not drawn)
     # wide expert parallelism on a third of the mixture-of-experts rows (drawn last: the other draws unchanged)
     x["ep"] = np.where((x["experts"] > 1) & (rng.random(n) < 1.0 / 3.0), x["tp"] * x["dp"], 1.0)
     # MTP speculative decoding on the models that have the module (one draft token per step)

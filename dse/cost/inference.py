@@ -165,7 +165,27 @@ def decode_attention_time(ctx: Array, x: dict[str, Array], kv_heads_gpu: Array, 
     elements = span * 2.0 * d * pick(xqa, kv_heads_gpu, np.maximum(a / t, 1.0))
     issue = np.maximum(once / mem, elements / pick(xqa, x["xqa_rate"], x["mmha_rate"]))
     per_query = mask((x["decode_kv_reads"] == 1) & ~(mla_mask(x) > 0), h)
+    if "mla_decode" in x:  # serving rows: the engine's measured MLA decode kernels where its stack says so
+        measured = mla_decode_time(span, x, rec, kv_b, once)
+        flash = flash + measured[1] * (measured[0] - flash)
     return pick(per_query, issue, flash), once
+
+
+def mla_decode_time(span: Array, x: dict[str, Array], rec: dict[str, Array], kv_b: Array, once: Array
+                    ) -> tuple[Array, Array]:
+    """(seconds, 1 where it applies) of one MLA decode token's attention in one layer on the engine's measured MLA
+    generation kernels: t = max(F / rate, B / memory_rate), F = 2·ctx·(a/t)·(2·kv_lora + rope) absorbed-MLA FLOPs,
+    B the latent read once (``once``), rate = ``infer_mla_decode_fp8_rate`` with an 8-bit latent cache, else
+    ``infer_mla_decode_rate``.  TensorRT-LLM's kernels (FlashMLA on Hopper, trtllm-gen on Blackwell) are
+    compute-bound at DeepSeek-V3's 128 heads and reach 0.59-0.69 (H100) and 0.57 / 0.99 (B200, BF16 / FP8 cache)
+    of the BF16 peak in TensorRT-LLM 1.3.0rc20's measured tables (tests/kernels/trtllm_generation_mla.csv), where
+    the roofline of the training attention rate and the latent read gives them 0.35 and is 2-2.8x too slow at
+    contexts past 4K; the max form reproduces the 128-head points to the median and is 10-35 % fast at 64 heads.
+    Applies on MLA rows whose stack sets ``mla_decode`` measured and whose GPU has such a table (rate > 0)."""
+    rate = pick(mask(kv_b == 1.0, kv_b), x["infer_mla_decode_fp8_rate"], x["infer_mla_decode_rate"])
+    on = mla_mask(x) * mask((x["mla_decode"] > 0) & (rate > 0), kv_b)
+    flops = 2.0 * span * (x["heads"] / x["tp"]) * decode_head_dims(x, rec)
+    return np.maximum(flops / np.maximum(rate, 1.0), once / x["memory_rate"]), on
 
 
 def experts_visited(experts: Array, top_k: Array, tokens: Array) -> Array:

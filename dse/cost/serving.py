@@ -98,7 +98,8 @@ SERVE_INPUTS: tuple[str, ...] = (*INFER_INPUTS, "max_num_tokens", "request_rate"
                                  "kv_block_tokens", "decode_kv_reads", "prefill_gpus", "prefill_tp", "concurrency",
                                  "cuda_graphs", "kv_reservation", "kv_memory_basis", "ep", "spec_tokens",
                                  "spec_acceptance", "spec_method", "think_time_s", "arrival", "request_overhead_s",
-                                 "request_setup_s", "host_overlap", "window_kv", "fp8_context_fmha", "ep_comm")
+                                 "request_setup_s", "host_overlap", "window_kv", "fp8_context_fmha", "ep_comm",
+                                 "mla_decode")
 #: Latency percentiles reported (per cent); ``ttft_s`` and ``tpot_s`` are the means.
 PERCENTILES: tuple[int, ...] = (50, 90, 99)
 TTFT_PERCENTILES: tuple[str, ...] = tuple(f"ttft_p{q}_s" for q in PERCENTILES)

@@ -44,6 +44,8 @@ HARDWARE_COLUMNS: tuple[str, ...] = (
     "infer_matmul_fp4_rate",
     "infer_attention_rate",
     "infer_attention_fp8_rate",
+    "infer_mla_decode_rate",
+    "infer_mla_decode_fp8_rate",
     "layer_overhead_s",
     "layer_overhead_graphs_s",
     "host_bw",
@@ -71,6 +73,8 @@ EFFICIENCY_COLUMNS: tuple[str, ...] = (
     "infer_matmul_eff_fp4",
     "infer_attention_eff",
     "infer_attention_eff_fp8",
+    "infer_mla_decode_eff",
+    "infer_mla_decode_eff_fp8",
     "infer_allreduce_eff",
     "scaleup_latency_us",
     "scaleout_latency_us",
@@ -285,6 +289,10 @@ def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         # a generation without FP8 tensor cores (empty) runs the 16-bit kernel
         "infer_attention_fp8_rate": z(raw["tensor_fp16_flops"] * attn_x * np.where(
             np.isnan(raw["infer_attention_eff_fp8"]), raw["infer_attention_eff"], raw["infer_attention_eff_fp8"])),
+        # and its MLA decode kernels with a BF16 / FP8 latent cache (dse.cost.inference.mla_decode_time); 0 where
+        # no table measures them
+        "infer_mla_decode_rate": z(raw["tensor_fp16_flops"] * attn_x * raw["infer_mla_decode_eff"]),
+        "infer_mla_decode_fp8_rate": z(raw["tensor_fp16_flops"] * attn_x * raw["infer_mla_decode_eff_fp8"]),
         "infer_matmul_fp4_rate": z(raw["tensor_fp4_flops"] * raw["infer_matmul_eff_fp4"]),
         "layer_overhead_s": z(raw["layer_overhead_s"]),
         # the same decode pass captured in a CUDA graph (an engine's cuda_graphs): no per-kernel launches

@@ -31,9 +31,9 @@ from dse.studies.memory_footprint import RECOMPUTE_MODES
 #: link, power), so that after it the hardware is exactly the target's.
 FACTOR_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("16-bit FLOP/s", ("tensor_fp16_flops", "matmul_fp16_rate", "attention_rate", "attention_fused_rate",
-                        "infer_attention_rate")),
+                        "infer_attention_rate", "infer_mla_decode_rate")),
     ("fp8/fp4 FLOP/s", ("tensor_fp8_flops", "matmul_fp8_rate", "tensor_fp4_flops", "matmul_fp4_rate",
-                        "infer_attention_fp8_rate")),
+                        "infer_attention_fp8_rate", "infer_mla_decode_fp8_rate")),
     ("HBM bandwidth + capacity", ("hbm_bw", "memory_rate", "hbm_bytes")),
     ("scale-up (NVLink)", ("scaleup_gpus", "scaleup_ring_bw", "scaleup_allreduce_bw", "scaleup_latency_s",
                            "scaleout_latency_s")),
