@@ -161,21 +161,7 @@ def engine_allreduce_constants(table: pd.DataFrame) -> dict[str, tuple[float, fl
     """Per generation: (infer_allreduce_eff, infer_allreduce_latency_us) from a table of measured all-reduce kernels
     (columns gpu, num_gpus, message_bytes, latency_us; tests/kernels/trtllm_custom_allreduce.csv), the bus bandwidth
     as a fraction of the scale-up line rate of the system each GPU ran on (:data:`KERNEL_TABLE_SYSTEMS`)."""
-    from dse.hardware.catalog import systems
-
-    catalog = systems()
-    system = table["gpu"].map(KERNEL_TABLE_SYSTEMS)
-    generation = system.map(catalog["generation"])
-    line = system.map(catalog["scaleup_gbps"]) * 1e9
-    out: dict[str, tuple[float, float]] = {}
-    for gen, rows in table.groupby(generation):
-        rates = line[rows.index].unique()
-        if len(rates) != 1:
-            raise ValueError(f"{gen}: the kernel table pools GPUs of different scale-up line rates: {sorted(rates)}")
-        alpha, busbw = engine_allreduce_fit(rows["message_bytes"].to_numpy(), rows["num_gpus"].to_numpy(),
-                                            rows["latency_us"].to_numpy() * 1e-6)
-        out[str(gen)] = (busbw / float(rates[0]), alpha * 1e6)
-    return out
+    return engine_collective_constants(table, passes=2.0)
 
 
 def engine_allgather_constants(table: pd.DataFrame) -> dict[str, tuple[float, float]]:
@@ -183,6 +169,13 @@ def engine_allgather_constants(table: pd.DataFrame) -> dict[str, tuple[float, fl
     reduce-scatters (columns gpu, num_gpus, message_bytes, latency_us; tests/kernels/nccl_allgather_reducescatter.csv):
     one fit of t = α + S·(n−1)/n / busbw over both collectives, 2-8 GPUs and 64 KB-128 MB, the bus bandwidth as a
     fraction of the scale-up line rate of the system each GPU ran on (:data:`KERNEL_TABLE_SYSTEMS`)."""
+    return engine_collective_constants(table, passes=1.0)
+
+
+def engine_collective_constants(table: pd.DataFrame, passes: float) -> dict[str, tuple[float, float]]:
+    """Per generation: (bus bandwidth as a fraction of the scale-up line rate, α in µs) of
+    :func:`engine_allreduce_fit` with ``passes`` over the rows of each generation's GPUs (:data:`KERNEL_TABLE_SYSTEMS`);
+    a generation whose tables pool GPUs of different line rates is refused."""
     from dse.hardware.catalog import systems
 
     catalog = systems()
@@ -195,7 +188,7 @@ def engine_allgather_constants(table: pd.DataFrame) -> dict[str, tuple[float, fl
         if len(rates) != 1:
             raise ValueError(f"{gen}: the kernel table pools GPUs of different scale-up line rates: {sorted(rates)}")
         alpha, busbw = engine_allreduce_fit(rows["message_bytes"].to_numpy(), rows["num_gpus"].to_numpy(),
-                                            rows["latency_us"].to_numpy() * 1e-6, passes=1.0)
+                                            rows["latency_us"].to_numpy() * 1e-6, passes=passes)
         out[str(gen)] = (busbw / float(rates[0]), alpha * 1e6)
     return out
 
