@@ -165,7 +165,8 @@ def decode_attention_time(ctx: Array, x: dict[str, Array], kv_heads_gpu: Array, 
     elements = span * 2.0 * d * pick(xqa, kv_heads_gpu, np.maximum(a / t, 1.0))
     issue = np.maximum(once / mem, elements / pick(xqa, x["xqa_rate"], x["mmha_rate"]))
     per_query = mask((x["decode_kv_reads"] == 1) & ~(mla_mask(x) > 0), h)
-    if "mla_decode" in x:  # serving rows: the engine's measured MLA decode kernels where its stack says so
+    # serving rows: the engine's measured MLA decode kernels where its stack says so (none: nothing to compute)
+    if "mla_decode" in x and np.any((x["mla_decode"] > 0) & (mla_mask(x) > 0)):
         measured = mla_decode_time(span, x, rec, kv_b, once)
         flash = flash + measured[1] * (measured[0] - flash)
     return pick(per_query, issue, flash), once
