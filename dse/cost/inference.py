@@ -166,7 +166,8 @@ def decode_attention_time(ctx: Array, x: dict[str, Array], kv_heads_gpu: Array, 
     issue = np.maximum(once / mem, elements / pick(xqa, x["xqa_rate"], x["mmha_rate"]))
     per_query = mask((x["decode_kv_reads"] == 1) & ~(mla_mask(x) > 0), h)
     # serving rows: the engine's measured MLA decode kernels where its stack says so (none: nothing to compute)
-    if "mla_decode" in x and np.any((x["mla_decode"] > 0) & (mla_mask(x) > 0)):
+    # (the key is looked up in the kernel's columns: a RowsOf view holds only the columns read so far)
+    if "mla_decode" in getattr(x, "columns", x) and np.any((x["mla_decode"] > 0) & (mla_mask(x) > 0)):
         measured = mla_decode_time(span, x, rec, kv_b, once)
         flash = flash + measured[1] * (measured[0] - flash)
     return pick(per_query, issue, flash), once
