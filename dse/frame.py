@@ -549,9 +549,8 @@ def evaluate_routing_skew(frame: pd.DataFrame, task: str, source: str = "<frame>
     """The factor on the routed experts' GEMMs (:func:`dse.cost.inference.routing_skew`: the row's
     ``moe_imbalance``, as given or as its stack sets it, else the GPU generation's measured skew at its ep) of every
     row of ``frame``, all rows of one ``task`` (infer or serve), in row order; NaN for a dense model."""
-    x, sys_codes = (serve_inputs if task == "serve" else infer_inputs)(frame, source)
-    skew = routing_skew({**x, **hwcat.hardware_columns(sys_codes, overrides)})
-    return np.where(x["experts"] > 1, skew, np.nan).astype(np.float64)
+    x = kernel_columns(frame, task, source, overrides)
+    return np.where(x["experts"] > 1, routing_skew(x), np.nan).astype(np.float64)
 
 
 def evaluate_prompt_attention_rate(frame: pd.DataFrame, source: str = "<frame>",
@@ -561,9 +560,8 @@ def evaluate_prompt_attention_rate(frame: pd.DataFrame, source: str = "<frame>",
     (:func:`dse.cost.inference.prompt_attention_rate`, :func:`dse.cost.inference.fp8_context_fmha_rows`)."""
     from dse.cost.inference import fp8_context_fmha_rows, kv_bytes_per_value, prompt_attention_rate
 
-    x, sys_codes = serve_inputs(frame, source)
-    both = {**x, **hwcat.hardware_columns(sys_codes, overrides)}
-    kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
+    both = kernel_columns(frame, "serve", source, overrides)
+    kv_b = kv_bytes_per_value(both["kv_precision"], both["precision"])
     return (prompt_attention_rate(both, kv_b).astype(np.float64),
             np.asarray(fp8_context_fmha_rows(both, kv_b), dtype=np.float64))
 
@@ -574,9 +572,15 @@ def evaluate_ep_exchange(frame: pd.DataFrame, source: str = "<frame>",
     all-to-all, or no expert parallelism), in row order (:func:`dse.cost.serving.allgather_exchange_rows`)."""
     from dse.cost.serving import allgather_exchange_rows
 
-    x, sys_codes = serve_inputs(frame, source)
-    return np.asarray(allgather_exchange_rows({**x, **hwcat.hardware_columns(sys_codes, overrides)}),
-                      dtype=np.float64)
+    return np.asarray(allgather_exchange_rows(kernel_columns(frame, "serve", source, overrides)), dtype=np.float64)
+
+
+def kernel_columns(frame: pd.DataFrame, task: str, source: str = "<frame>",
+                   overrides: dict[tuple[str, str], float] | None = None) -> dict[str, np.ndarray]:
+    """The inference (``task`` infer) or serving kernel's input columns of ``frame`` with the hardware columns of
+    each row's system beside them, as one dict: what a single term of those kernels reads (``dse explain``)."""
+    x, sys_codes = (serve_inputs if task == "serve" else infer_inputs)(frame, source)
+    return {**x, **hwcat.hardware_columns(sys_codes, overrides)}
 
 
 #: Categorical inputs of the inference-side models, decoded back to names beside their outputs.

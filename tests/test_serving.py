@@ -1214,7 +1214,7 @@ def test_measured_mla_decode_kernels_set_the_tensorrt_llm_mla_decode():
     xx = {**x, **hwcat.hardware_columns(systems)}
     kv_b = kv_bytes_per_value(x["kv_precision"], x["precision"])
     ctx = np.full(3, 4096.0)
-    t, once = decode_attention_time(ctx, xx, np.ones(3), kv_b)
+    t, once = decode_attention_time(ctx, xx, np.ones(3), kv_b, mla_decode=x["mla_decode"])
     flops = 2.0 * 4096.0 * 128 * (2 * 512 + 64)
     b200 = hwcat.systems().loc["b200", "tensor_fp16_tflops"] * 1e12
     assert x["mla_decode"][0] == 1 and x["mla_decode"][2] == 0

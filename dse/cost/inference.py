@@ -132,7 +132,8 @@ XQA_HEAD_DIM = 128.0
 
 
 def decode_attention_time(ctx: Array, x: dict[str, Array], kv_heads_gpu: Array, kv_b: Array,
-                          rec: dict[str, Array] | None = None) -> tuple[Array, Array]:
+                          rec: dict[str, Array] | None = None, mla_decode: Array | None = None
+                          ) -> tuple[Array, Array]:
     """(seconds, HBM bytes) of one decode token's attention in one layer over a context of ``ctx`` tokens.
 
     ``decode_kv_reads`` = per_kv_head (0; FlashAttention/FlashInfer-style decode, XQA): the serial roofline of
@@ -165,16 +166,16 @@ def decode_attention_time(ctx: Array, x: dict[str, Array], kv_heads_gpu: Array, 
     elements = span * 2.0 * d * pick(xqa, kv_heads_gpu, np.maximum(a / t, 1.0))
     issue = np.maximum(once / mem, elements / pick(xqa, x["xqa_rate"], x["mmha_rate"]))
     per_query = mask((x["decode_kv_reads"] == 1) & ~(mla_mask(x) > 0), h)
-    # serving rows: the engine's measured MLA decode kernels where its stack says so (none: nothing to compute)
-    # (the key is looked up in the kernel's columns: a RowsOf view holds only the columns read so far)
-    if "mla_decode" in getattr(x, "columns", x) and np.any((x["mla_decode"] > 0) & (mla_mask(x) > 0)):
-        measured = mla_decode_time(span, x, rec, kv_b, once)
+    # the engine's measured MLA decode kernels where the serving row's stack says so (``mla_decode``; the
+    # static-batch model passes none), computed only where a row asks for them
+    if mla_decode is not None and np.any((mla_decode > 0) & (mla_mask(x) > 0)):
+        measured = mla_decode_time(span, x, rec, kv_b, once, mla_decode)
         flash = flash + measured[1] * (measured[0] - flash)
     return pick(per_query, issue, flash), once
 
 
-def mla_decode_time(span: Array, x: dict[str, Array], rec: dict[str, Array], kv_b: Array, once: Array
-                    ) -> tuple[Array, Array]:
+def mla_decode_time(span: Array, x: dict[str, Array], rec: dict[str, Array], kv_b: Array, once: Array,
+                    mla_decode: Array) -> tuple[Array, Array]:
     """(seconds, 1 where it applies) of one MLA decode token's attention in one layer on the engine's measured MLA
     generation kernels: t = max(F / rate, B / memory_rate), F = 2·ctx·(a/t)·(2·kv_lora + rope) absorbed-MLA FLOPs,
     B the latent read once (``once``), rate = ``infer_mla_decode_fp8_rate`` with an 8-bit latent cache, else
@@ -185,7 +186,7 @@ def mla_decode_time(span: Array, x: dict[str, Array], rec: dict[str, Array], kv_
     contexts past 4K; the max form reproduces the 128-head points to the median and is 10-35 % fast at 64 heads.
     Applies on MLA rows whose stack sets ``mla_decode`` measured and whose GPU has such a table (rate > 0)."""
     rate = pick(mask(kv_b == 1.0, kv_b), x["infer_mla_decode_fp8_rate"], x["infer_mla_decode_rate"])
-    on = mla_mask(x) * mask((x["mla_decode"] > 0) & (rate > 0), kv_b)
+    on = mla_mask(x) * mask((mla_decode > 0) & (rate > 0), kv_b)
     flops = 2.0 * span * (x["heads"] / x["tp"]) * decode_head_dims(x, rec)
     return np.maximum(flops / np.maximum(rate, 1.0), once / x["memory_rate"]), on
 

@@ -238,7 +238,8 @@ def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array,
     ep_on, ep_scale, ep_share, ep_group, ep_token, ep_pass = expert_parallel_terms(x, rec, act)
     ctx = s_in + 0.5 * s_out
     # decode attention: FlashAttention-style, or TensorRT-LLM <= 0.10's issue-bound kernels (decode_kv_reads)
-    decode_attention, kv_read = decode_attention_time(ctx, x, kvh, kv_b, rec)  # per decode token; KV it reads
+    # per decode token; the KV it reads
+    decode_attention, kv_read = decode_attention_time(ctx, x, kvh, kv_b, rec, mla_decode=x["mla_decode"])
     act_bytes = pick(mask(x["mlp"] == codes.MLP_SWIGLU, h), K.ACTIVATION_FWD_BYTES_SWIGLU,
                      K.ACTIVATION_FWD_BYTES_2MAT)
     ar_per_byte, ar_latency = allreduce_terms(t, engine_tp_links(t, x))
