@@ -52,6 +52,7 @@ EXPLAIN_OPTIONS: dict[str, str] = {
     "ep_dispatch": "alltoall|deepep",
     "ep_overlap": "none|1f1b (train: Megatron's combined 1F1B hides one micro-batch's expert all-to-alls under "
                   "another's compute)",
+    "cross_entropy": "fused|fp32_copy|16bit (train: what the loss holds per logit at the backward's start)",
     "pipeline_split": "even|embedding_loss", "layers_first_stage": "int", "layers_last_stage": "int",
     "doc_len": "int (mean document length of packed sequences)",
     "stack": "software stack (README: Case files): its profile fills the knobs not given",

@@ -178,6 +178,12 @@ EP_DISPATCH_DEEPEP = 1
 #: combine hide under the other's attention and expert compute (see :func:`dse.cost.parallel.ep_overlap_exposed`).
 EP_OVERLAP: tuple[str, ...] = ("none", "1f1b")
 EP_OVERLAP_1F1B = 1
+#: How the loss turns the logits into a cross entropy, which sets what it holds at the backward's start, in bytes per
+#: logit (see :func:`dse.cost.memory.loss_bytes_per_logit`): ``fused``, Megatron's vocab-parallel cross entropy on
+#: fp32 logits, exponentiated in place and kept for the backward (4); ``fp32_copy``, PyTorch's cross_entropy on an
+#: fp32 copy of 16-bit logits (torchtitan since 2024-12, HF Transformers' Llama): its log-softmax output, that
+#: output's gradient and the input gradient, all fp32 (12); ``16bit``, the same three on the 16-bit logits (6).
+CROSS_ENTROPY: tuple[str, ...] = ("fused", "fp32_copy", "16bit")
 
 #: Reasons a configuration has no answer.  Code 0 means feasible.  The order is the order of the checks:
 #: the first failing check is reported.

@@ -31,6 +31,7 @@ CATEGORICAL_DEFAULTS: dict[str, str] = {
     "moe_gemm": "per_expert",
     "ep_dispatch": "alltoall",
     "ep_overlap": "none",
+    "cross_entropy": "fused",
 }
 #: Vocabulary of each categorical input.
 CATEGORICAL: dict[str, tuple[str, ...]] = {
@@ -55,6 +56,7 @@ CATEGORICAL: dict[str, tuple[str, ...]] = {
     "moe_gemm": codes.MOE_GEMM,
     "ep_dispatch": codes.EP_DISPATCH,
     "ep_overlap": codes.EP_OVERLAP,
+    "cross_entropy": codes.CROSS_ENTROPY,
 }
 
 #: The defaults, as documented in the README ("Inputs, defaults and optional knobs").
@@ -99,6 +101,7 @@ DEFAULTS_DOC: dict[str, str] = {
     "moe_gemm": "per_expert (TE GroupedLinear: each local expert's GEMMs launched from the host)",
     "ep_dispatch": "alltoall (every routed copy sent to its expert's GPU, over the NIC when remote)",
     "ep_overlap": "none (each micro-batch's expert all-to-alls on its own critical path)",
+    "cross_entropy": "fused (Megatron's vocab-parallel cross entropy: 4 bytes per logit)",
     "etp": "tp (expert tensor parallel: experts split like the dense layers)",
     "moe_imbalance": ("train: 1 (balanced routing, as Megatron-Bridge's benchmarks force it); infer, serve: the GPU "
                       "generation's measured routing skew at the row's ep (1.94 on Hopper, 1.84 on Blackwell at ep 8; "

@@ -50,7 +50,7 @@ OPTIONAL_KNOBS = ("attention", "tp_overlap", "dp_overlap", "pp_overlap", "tied_e
                   "zero3_fetch", "pipeline_split", "layers_first_stage", "layers_last_stage", "doc_len",
                   "kernels", "optimizer", "memory_report", "adapter_precision", "dp_reduce",
                   "zero3_collectives", "zero_with_pp", "cp_exchange", "moe_gemm", "ep_dispatch",
-                  "ep_overlap")
+                  "ep_overlap", "cross_entropy")
 
 #: Integer columns: (minimum allowed value).
 INTEGER_MIN: dict[str, int] = {

@@ -97,6 +97,7 @@ TRAIN_KNOBS: dict[str, tuple[str, ...]] = {
     "ep_dispatch": codes.EP_DISPATCH,
     "ep_overlap": codes.EP_OVERLAP,
     "pipeline_split": codes.PIPELINE_SPLIT,
+    "cross_entropy": codes.CROSS_ENTROPY,
 }
 #: Settings recorded for the reader (no term in the model) and serving-engine settings.
 RECORDED: dict[str, str] = {"fp8_recipe": "text"}

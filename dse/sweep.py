@@ -37,7 +37,7 @@ INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "cp", "ep", "etp",
                  "dp_overlap", "pp_overlap", "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch",
                  "pipeline_split", "layers_first_stage", "layers_last_stage", "doc_len", "kernels", "optimizer",
                  "memory_report", "adapter_precision", "dp_reduce", "zero3_collectives", "zero_with_pp", "cp_exchange",
-                 "moe_gemm", "ep_dispatch", "ep_overlap", "moe_imbalance", "stack")
+                 "moe_gemm", "ep_dispatch", "ep_overlap", "cross_entropy", "moe_imbalance", "stack")
 INFER_INPUT_COLUMNS = ("model", "system", "gpus", "tp", "pp", "dp", "batch", "input_len", "output_len",
                        "precision", "kv_precision", "moe_imbalance")
 SMALL_INT_COLUMNS = ("sp", "zero", "dp_overlap", "pp_overlap")

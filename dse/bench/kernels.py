@@ -91,6 +91,7 @@ def random_configs(n: int, seed: int = 0) -> tuple[dict[str, np.ndarray], np.nda
     x["ep_dispatch"] = np.zeros(n)  # (not drawn: the other draws unchanged)
     x["zero3_collectives"] = rng.integers(0, 2, n).astype(np.float64)  # (drawn last: the other draws unchanged)
     x["ep_overlap"] = np.zeros(n)  # (not drawn: the other draws unchanged)
+    x["cross_entropy"] = np.zeros(n)  # (not drawn: the other draws unchanged)
     assert set(x) == set(TRAIN_INPUTS)
     # the kernel's working precision: the sweep engine decodes grids straight into it (values are small
     # integers and codes, exact in float32)

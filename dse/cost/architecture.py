@@ -349,7 +349,8 @@ def model_input(inputs: Any, key: str) -> Any:
         return 0.0
     if key == "moe_imbalance":
         return 1.0
-    if key in ("zero_with_pp", "cp_exchange", "moe_gemm", "ep_dispatch", "ep_overlap", "request_overhead_s",
+    if key in ("zero_with_pp", "cp_exchange", "moe_gemm", "ep_dispatch", "ep_overlap", "cross_entropy",
+               "request_overhead_s",
                "request_setup_s", "host_overlap", "window_kv", "fp8_context_fmha", "ep_comm", "mla_decode"):
         return 0.0  # added after the kernel's first callers: absent = today's
     raise KeyError(key)

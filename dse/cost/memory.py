@@ -143,9 +143,59 @@ def activation_bytes_per_layer(
     return stored + full * (2.0 * resid - stored)
 
 
-def logits_bytes(tokens: Array, vocab: Array, tp: Array) -> Array:
-    """fp32 logits of the vocabulary-parallel loss on the last stage: 4·s·b·V/t (Korthikanti §4.3)."""
-    return 4.0 * tokens * vocab / tp
+def logits_bytes(tokens: Array, vocab: Array, tp: Array, per_logit: Array = 4.0) -> Array:
+    """What the loss holds on the last stage at the backward's start: ``per_logit`` bytes for each of the s·b·V/t
+    logits of a GPU (:func:`loss_bytes_per_logit`; 4 for the fp32 logits of Megatron's vocabulary-parallel loss,
+    Korthikanti §4.3: 4·s·b·V/t)."""
+    return per_logit * tokens * vocab / tp
+
+
+#: Bytes per logit the loss holds at the backward's start, by ``cross_entropy`` code (dse.codes.CROSS_ENTROPY).
+LOSS_BYTES_PER_LOGIT = np.array([4.0, 12.0, 6.0])
+
+
+def loss_bytes_per_logit(cross_entropy: Array) -> Array:
+    """Bytes per logit a GPU holds when the loss's backward starts, by how the loss is computed (``cross_entropy``):
+
+    * ``fused`` (4): Megatron's vocab-parallel cross entropy casts the logits to fp32, exponentiates them in place
+      and keeps that one tensor for its backward, which writes the gradient into it (megatron/core/
+      tensor_parallel/cross_entropy.py ``_VocabParallelCrossEntropy``; Korthikanti et al. 2022 §4.3, 4·s·b·V/t);
+    * ``fp32_copy`` (12): ``torch.nn.functional.cross_entropy`` on an fp32 copy of the 16-bit logits, as torchtitan
+      (train.py @9dec370a ``loss_fn``: ``cross_entropy(pred.flatten(0, 1).float(), ...)``, then ``del pred`` before
+      the backward; torchtitan/components/loss.py @000204a4 the same) and HF Transformers' Llama (``logits =
+      logits.float()``, then ``CrossEntropyLoss`` on a shifted contiguous copy) compute it: the backward of
+      log_softmax reads its saved fp32 output and the fp32 gradient nll_loss hands it, and writes an fp32 input
+      gradient, three fp32 tensors of the logits' shape at once (the forward's peak, the 16-bit logits, the fp32
+      copy and the log-softmax output, is 10 bytes);
+    * ``16bit`` (6): the same three tensors in 16 bits, cross_entropy on the 16-bit logits (torchtitan train.py
+      @a99d2e5d, 2024-08)."""
+    code = np.asarray(cross_entropy)
+    table = LOSS_BYTES_PER_LOGIT.astype(code.dtype if code.dtype.kind == "f" else np.float64)  # the kernel's dtype
+    return table[np.nan_to_num(code).astype(np.int64)]
+
+
+def op_sac_kept_bytes(tokens: Array, hidden: Array, q_width: Array, kv_width: Array, o_width: Array,
+                      ffn_width: Array, mlp_matrices: Array, expert_visits: Array, heads: Array, tp: Array,
+                      sp: Array) -> Array:
+    """Bytes one layer keeps for the backward, per micro-batch and GPU, under torchtitan's op-level selective
+    checkpointing (``recompute = op``).  Its policy (pytorch/torchtitan torchtitan/parallelisms/
+    parallelize_llama.py @9dec370a, ``_save_list`` and ``_custom_policy``) saves the outputs of ``aten.mm`` except
+    every second one, of the SDPA kernels and of the reduce-scatters, and recomputes everything else from the
+    block's input, which the checkpoint keeps.  In the Llama block the matmuls run wq, wk, wv, wo, w1, (w3), w2, so
+    the saved ones are wq, wv and w1, and w2 after a gated FFN (the 7th); a 2-matrix FFN's w2 is the 6th and is
+    recomputed.  In 16-bit values, per token (widths of one GPU's shard):
+
+        kept = 2·(x + q + kv + o + f + [gated]·k·h + 2·sp·x) + 4·a
+
+    x the block input (h, /t with sequence parallelism), q, kv and o the query, value and attention-output widths,
+    f the FFN width a token passes through, k its expert visits (w2's output is h wide for each), the two
+    reduce-scatter outputs with sequence parallelism, and SDPA's fp32 log-sum-exp per head a.  The s×s scores are
+    never kept (the saved SDPA kernels are the fused ones)."""
+    resid = tokens * hidden / (1.0 + sp * (tp - 1.0))
+    gated = np.asarray(np.asarray(mlp_matrices) >= 3.0, dtype=np.asarray(tokens).dtype)
+    split = tokens * (q_width + kv_width + o_width + ffn_width) / tp
+    w2_out = gated * expert_visits * tokens * hidden  # a row-parallel matmul's output: whole h on every rank
+    return 2.0 * (resid * (1.0 + 2.0 * sp) + split + w2_out) + 4.0 * tokens * heads / tp
 
 
 def adapter_input_bytes(tokens: Array, hidden: Array, o_width: Array, ffn: Array, mlp_matrices: Array,

@@ -67,6 +67,8 @@ from dse.cost.memory import (
     gradient_bytes,
     layer_activation_terms,
     logits_bytes,
+    loss_bytes_per_logit,
+    op_sac_kept_bytes,
     optimizer_bytes,
     optimizer_layout_bytes,
     phase_peak_bytes,
@@ -123,7 +125,7 @@ TRAIN_INPUTS: tuple[str, ...] = (
     "finetune", "lora_rank", "lora_targets", "offload", "zero3_fetch", "pipeline_split", "layers_first_stage",
     "layers_last_stage", "doc_len", "kernels", "optimizer", "memory_report", "adapter_precision", "dp_reduce",
     "zero_with_pp", "cp_exchange", "moe_gemm", "ep_dispatch", "zero3_collectives",
-    *ARCHITECTURE_COLUMNS, "etp", "moe_imbalance", "ep_overlap",
+    *ARCHITECTURE_COLUMNS, "etp", "moe_imbalance", "ep_overlap", "cross_entropy",
 )
 
 #: Metric outputs (NaN on configurations that do not divide).
@@ -903,17 +905,21 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
         # not under op-level checkpointing, which recomputes the element-wise ops (their copies are not kept)
         hf = eager * (1.0 - op_sac)
         kept, scores = pick(hf, kept_e, kept), pick(hf, scores_e, scores)
-    # op-level selective checkpointing keeps its memory as selective's (ASSUMPTION: the matmul and attention
-    # outputs it saves are most of `kept`; the element-wise tensors it drops are not subtracted)
     sel_mem = selective + op_sac
     if any_peft:  # the adapters' input copies in their dtype (memory.adapter_input_bytes)
         kept = kept + peft * adapter_input_bytes(T, h, rec["o_width"], ffn_tok, n_mlp, x["lora_targets"], t,
                                                  4.0 * (tw - 1.0))
     act_layer = pick(full, 2.0 * resid, kept + (1.0 - sel_mem) * scores)  # memory.activation_bytes_per_layer
+    op_kept = 0.0
+    if op_sac.any():  # torchtitan's op-level policy keeps the outputs it saves, not selective's set
+        op_kept = op_sac_kept_bytes(T, h, rec["q_width"], kvw, rec["o_width"], ffn_tok, n_mlp, kk, a, t, sp)
+        act_layer = pick(op_sac, op_kept, act_layer)
     # The layer being back-propagated rebuilds what recomputation dropped: its s×s attention tensors
-    # (selective), or all its activations on top of its stored input (full).
-    act_transient = sel_mem * scores + full * (kept + scores - 2.0 * resid)
-    logits = logits_bytes(T, V, t)
+    # (selective), all its activations on top of its stored input (full), or what op-level checkpointing did
+    # not save (op).
+    act_transient = (selective * scores + full * (kept + scores - 2.0 * resid)
+                     + op_sac * np.maximum(kept + scores - op_kept, 0.0))
+    logits = logits_bytes(T, V, t, loss_bytes_per_logit(x["cross_entropy"]))
     # per rank: the chunk·micro-batches in flight times its layers; first, second (the fullest middle rank) and
     # last.  Taken with the fullest rank's parameters: an upper bound when they are different ranks.
     act_first = inflight_chunk_microbatches(m, p, v, 0.0) * L_first * act_layer + act_transient + single * logits
