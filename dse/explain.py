@@ -271,6 +271,7 @@ def format_explain(row: pd.Series) -> str:
         + (f"; finetune={row['finetune']} lora_rank={int(row['lora_rank'])} lora_targets={row['lora_targets']}"
            if row.get("finetune", "full") != "full" else "")
         + (f"; offload={row['offload']}" if row.get("offload", "none") != "none" else "")
+        + (f"; cross_entropy={row['cross_entropy']}" if row.get("cross_entropy", "fused") != "fused" else "")
         + (f"; moe_imbalance={float(row['moe_imbalance']):g}"
            if int(row["experts"]) > 1 and float(row.get("moe_imbalance", 1.0)) != 1.0 else "")
         + (f"; ep_dispatch={row.get('ep_dispatch', 'alltoall')} ep_overlap={row.get('ep_overlap', 'none')}"
