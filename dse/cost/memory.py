@@ -190,7 +190,8 @@ def op_sac_kept_bytes(tokens: Array, hidden: Array, q_width: Array, kv_width: Ar
     x the block input (h, /t with sequence parallelism), q, kv and o the query, value and attention-output widths,
     f the FFN width a token passes through, k its expert visits (w2's output is h wide for each), the two
     reduce-scatter outputs with sequence parallelism, and SDPA's fp32 log-sum-exp per head a.  The s×s scores are
-    never kept (the saved SDPA kernels are the fused ones)."""
+    never kept (the saved SDPA kernels are the fused ones).  ASSUMPTION where torchtitan has no such model: LoRA
+    adapters' matmuls (which would shift the count's parity) and MoE routers are left out of the count."""
     resid = tokens * hidden / (1.0 + sp * (tp - 1.0))
     gated = np.asarray(np.asarray(mlp_matrices) >= 3.0, dtype=np.asarray(tokens).dtype)
     split = tokens * (q_width + kv_width + o_width + ffn_width) / tp
