@@ -315,8 +315,12 @@ def format_explain(row: pd.Series) -> str:
     lines.append("")
     hbm = float(row["hbm_bytes"]) / 1e9 if "hbm_bytes" in row else float("nan")
     lines.append(f"Memory per GPU (peak pipeline stage; HBM {hbm:.1f} GB)")
-    for _, r in tables["memory"].iterrows():
+    for key, (_, r) in zip(MEMORY_BREAKDOWN, tables["memory"].iterrows(), strict=True):
         lines.append(f"  {r['term']:<40s} {r['GB']:12.2f} GB {r['share_pct']:6.1f} %")
+        loss = float(row.get("detail_loss_bytes", 0.0)) if key == "mem_activations_bytes" else 0.0
+        if loss > 0:
+            label = f"of which the loss ({row.get('cross_entropy', 'fused')})"
+            lines.append(f"    {label:<38s} {loss / 1e9:12.2f} GB")
     lines.append(f"  {'total':<40s} {float(row['mem_total_bytes']) / 1e9:12.2f} GB  "
                  f"fits: {'yes' if bool(row['fits']) else 'NO'}")
     if optimizer_text(row):

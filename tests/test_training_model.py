@@ -572,6 +572,12 @@ def test_the_loss_holds_three_fp32_copies_of_the_logits_where_pytorch_cross_entr
     # the torchtitan profiles say which one their loss is
     stacked = dse.evaluate(pd.DataFrame([{**row, "stack": s} for s in ("torchtitan-2024.08", "torchtitan-2024.12")]))
     assert list(stacked["cross_entropy"]) == ["16bit", "fp32_copy"]
+    # dse explain names that part of the activations
+    from dse.explain import explain_row, format_explain
+
+    explained = explain_row({**row, "stack": "torchtitan-2024.12"})
+    assert explained["detail_loss_bytes"] == pytest.approx(12.0 * 16384 * 128256, rel=1e-5)
+    assert "of which the loss (fp32_copy)" in format_explain(explained)
 
 
 def test_cudnn_attention_times_the_flash_path_at_the_fused_rate():

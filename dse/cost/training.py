@@ -168,10 +168,11 @@ MODULES: tuple[str, ...] = ("embedding", "qkv", "rope", "attention", "output", "
                             "lm_head", "loss", "recompute", "comm", "host")
 MODULE_METRICS: tuple[str, ...] = tuple(f"module_{k}_{phase}_s" for k in MODULES for phase in ("fwd", "bwd"))
 #: What ``dse explain`` names inside the step's terms (with ``modules``): the fixed time of the eager kernels of the
-#: slowest rank's layers (in compute; ``dse.cost.eager``), the gradient bucket copies (in data-parallel sync), and the
-#: CPU Adam step and the exposed offload copies (in ``time_offload_s``).
+#: slowest rank's layers (in compute; ``dse.cost.eager``), the gradient bucket copies (in data-parallel sync), the
+#: CPU Adam step and the exposed offload copies (in ``time_offload_s``), and the bytes the loss holds in the peak
+#: stage's activations (``cross_entropy``; 0 where the peak stage is not the last).
 DETAIL_METRICS: tuple[str, ...] = ("detail_kernel_launch_s", "detail_grad_copy_s", "detail_cpu_adam_s",
-                                   "detail_offload_copies_s")
+                                   "detail_offload_copies_s", "detail_loss_bytes")
 
 #: Components whose sum is ``mem_total_bytes`` exactly (for the peak stage).
 MEMORY_BREAKDOWN: tuple[str, ...] = (
@@ -1013,7 +1014,9 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
                 (1.0 + full) * eager_kernels(standard, adapted, backward=False) + eager_kernels(standard, adapted,
                                                                                               backward=True))
         out.update({"detail_kernel_launch_s": launches + 0.0 * step, "detail_grad_copy_s": n_layers * grad_copy,
-                    "detail_cpu_adam_s": cpu_adam + 0.0 * step, "detail_offload_copies_s": offload - cpu_adam})
+                    "detail_cpu_adam_s": cpu_adam + 0.0 * step, "detail_offload_copies_s": offload - cpu_adam,
+                    # what the loss holds in the reported activations: where the last stage is the peak one
+                    "detail_loss_bytes": (act_last >= act) * logits * (1.0 + x["mtp"]) + 0.0 * step})
 
     # in the kernel's dtype: train_step casts once, to the caller's
     names = TRAIN_METRICS + (MODULE_METRICS + DETAIL_METRICS if modules else ())
