@@ -152,6 +152,8 @@ CORPUS: dict[str, Bad] = {
                              value=("'partial'",), allowed=("none, selective, full",)),
     "unknown_precision": Bad(spec_text(base_grid(precision="int3")), key=("grid.precision",), value=("'int3'",),
                              allowed=("fp16, bf16, fp8, fp4",)),
+    "unknown_cross_entropy": Bad(spec_text(base_grid(cross_entropy=["fused", "fp64"])), key=("grid.cross_entropy",),
+                                 value=("'fp64'",), allowed=("fused, fp32_copy, 16bit",)),
     "error_in_second_subgrid": Bad(dump({"name": "tiny", "grids": [base_grid(), base_grid(tp=[4, 3.0])]}),
                                    key=("grids[1].tp",), value=("3.0",), allowed=("integers >= 1",)),
     # ---- name, task ---------------------------------------------------------------------------------------
