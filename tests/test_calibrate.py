@@ -180,8 +180,8 @@ def test_a_constant_the_files_cannot_pin_is_flagged(ref, assumptions):
 #: The published H100 BF16 training runs Hopper's 16-bit GEMM efficiency is fitted on (efficiency.csv, hopper
 #: row): each file's rows with precision bf16 on an H100; the files' other rows do not involve the constant
 #: (A100 rows, memory rows) or mix in FP8 GEMMs (Float8 rows).  Runs whose micro-batch, interleaving or
-#: recomputation the source leaves unstated are kept out (meta2024_llama3_405b_h100.csv: its bubble, an
-#: assumption, is most of the 16 384-GPU steps; megatron_core_r0.8_h100_gpt.csv; MaxText's single XLA program).
+#: recomputation the source leaves unstated are kept out (meta2024_llama3_405b_h100.csv: its micro-batch;
+#: megatron_core_r0.8_h100_gpt.csv; MaxText's single XLA program).
 HOPPER_BF16_FIT_FILES = ("llmfoundry_2023_h100_a100_bf16.csv", "torchtitan_2024-12_h100.csv",
                          "torchtitan_2024-08_a100_h100.csv", "dgxc_nemo_24.12_h100.csv")
 
