@@ -444,16 +444,6 @@ def expert_parallel_terms(x: dict[str, Array], rec: dict[str, Array], act: Array
         ag_token, ag_latency = columns_on_rows(gather > 0, lambda c: allgather_exchange_time(c, act_of(c)), x, t, 2)
         token = token + gather * (moe * ag_token / t - token)
         latency = latency + gather * (ag_latency - latency)
-    import os
-    if os.environ.get("EXP_AG"):
-        ring = x["scaleup_ring_bw"]
-        bus = np.where(ring < 60e9, 23e9, np.where(ring < 400e9, 297e9, 490e9))
-        if os.environ.get("EXP_AG") == "ring":
-            bus = ring
-        n = ep / t
-        mnnvl = (x["scaleup_gpus"] > 8) & (ep > k)
-        ag = moe * (n - 1.0) * x["hidden"] * (act + 2.0) / bus / t
-        token = np.where(mnnvl, token, ag)
     share = expert_slots_per_rank(x["experts"], ep) / np.maximum(x["experts"], 1.0)
     return (on, pick(on, t, 1.0), pick(on, share, 1.0), pick(on, ep / t, 1.0), token, moe * 2.0 * latency)
 
