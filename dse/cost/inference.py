@@ -196,8 +196,18 @@ def experts_visited(experts: Array, top_k: Array, tokens: Array) -> Array:
     E · (1 − (1 − k/E)^tokens) (uniform routing), the power taken as exp(tokens · ln(1 − k/E)) (numpy's
     float32 power with array exponents is ~12x slower than exp and log); ln(0) (k = E, every expert visited) is
     clipped to ln of the smallest normal float, so that 0 tokens still visit none."""
-    keep = np.maximum(1.0 - top_k / experts, np.finfo(np.float32).tiny)
-    return experts * (1.0 - np.exp(tokens * np.log(keep)))
+    return experts_visited_from_log(experts, experts_log_keep(experts, top_k), tokens)
+
+
+def experts_log_keep(experts: Array, top_k: Array) -> Array:
+    """ln(1 − k/E) of :func:`experts_visited`, clipped at ln of the smallest normal float (k = E): a property of the
+    model, computed once where a solver visits many token counts."""
+    return np.log(np.maximum(1.0 - top_k / experts, np.finfo(np.float32).tiny))
+
+
+def experts_visited_from_log(experts: Array, log_keep: Array, tokens: Array) -> Array:
+    """:func:`experts_visited` from ``log_keep`` = :func:`experts_log_keep`: E · (1 − exp(tokens · ln(1 − k/E)))."""
+    return experts * (1.0 - np.exp(tokens * log_keep))
 
 
 def infer_step(inputs: Mapping[str, object], hw: Mapping[str, object],

@@ -74,7 +74,8 @@ from dse.cost.inference import (
     _infer_reason,
     _rates,
     decode_attention_time,
-    experts_visited,
+    experts_log_keep,
+    experts_visited_from_log,
     kv_bytes_per_value,
     layer_gemm_terms,
     prompt_attention_rate,
@@ -201,6 +202,14 @@ def serve_step(inputs: Mapping[str, object], hw: Mapping[str, object],
         memory = ("weights_bytes", "kv_capacity_requests", "mem_total_bytes")
         if good.all():  # every row answered: nothing to blank (the selects below would copy every metric)
             result: dict[str, Array] = {k: np.require(out[k], out_dtype, ("C", "W")) for k in SERVE_METRICS}
+        elif not served and out_dtype == DTYPE:  # the metrics are the rows of `block` (NaN where not ok): blank
+            # only the rows that divide but have no steady state, in place
+            result = out
+            bad = np.flatnonzero(ok & ~good)
+            if bad.size:
+                for k in SERVE_METRICS:
+                    if k not in memory:
+                        out[k][bad] = np.nan
         else:
             result = {k: np.where(ok if k in memory else good, out[k], np.nan).astype(out_dtype, copy=False)
                       for k in SERVE_METRICS}
@@ -250,11 +259,13 @@ def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array,
     # what dominates the GEMMs (`limit`)
     n_all = (rec["attn_in"] + rec["o_width"] + rec["n_mlp"] * ffn_tok) / t + rec["attn_rep"]
     n_spec, gain = speculative_terms(x)
-    return {
+    any_spec = bool(np.any(n_spec > 0))
+    c = {
         "layers_per_stage": stage_layers(x["layers"], p), "input_len": s_in, "decode_len": (s_out - 1.0) / (1.0 + gain),
-        "spec_n": n_spec, "any_spec": bool(np.any(n_spec > 0)),
+        "spec_n": n_spec, "any_spec": any_spec, "spec_1": 1.0 + n_spec,
         "gemm_token": per_token, "gemm_weights": attn_weights + ffn_weights, "ffn_weights": ffn_weights,
         "moe": moe, "any_moe": bool(moe.any()), "experts": x["experts"], "top_k": x["top_k"],
+        "log_keep": experts_log_keep(x["experts"], x["top_k"]), "moe_ffn": moe * ffn_weights,
         "ep_scale": ep_scale, "ep_share": ep_share, "ep_group": ep_group, "ep_token": ep_token, "ep_pass": ep_pass,
         "prefill_attention": 4.0 * s_in * causal_keys(s_in, rec["window"], rec["full_frac"], K.CAUSAL_FRACTION,
                                                       rec["chunk"]) * rec["core"] / t
@@ -274,6 +285,14 @@ def _iteration_terms(x: dict[str, Array], rate: Array, act: Array, wb: Array,
         "request_overhead": request_overhead_time(x), "request_setup": request_setup_time(x),
         "host_overlap": mask(host_overlaps(x), h),
     }
+    # per configuration, not per solver step (:func:`_iteration` runs many times on the same terms): a decode
+    # token's attention with n drafts verified, and the drafter's time per decode token and per pass
+    c["attn_dec_token"] = c["decode_attention"] + n_spec * (c["decode_attention"] - c["kv_read_token"])
+    if any_spec:
+        c["draft_token"] = c["gemm_token"] + c["elementwise"] + c["tp_token"] + c["ep_token"] + c["decode_attention"] \
+            + c["logits_row"]
+        c["draft_pass"] = c["gemm_weights"] + c["overhead"] + c["tp_pass"] + c["ep_pass"]
+    return c
 
 
 def _iteration(c: dict[str, Array], X: Array, parts: dict[str, Array] | None = None,
@@ -283,22 +302,22 @@ def _iteration(c: dict[str, Array], X: Array, parts: dict[str, Array] | None = N
     of :func:`_iteration_terms`; ``parts``, when given, receives the split of t_stage (ms,
     :data:`ITERATION_PARTS`)."""
     D = (X if X_dec is None else X_dec) * c["decode_len"]  # decode steps (one token each, 1 + n drafts verified)
-    M = X * c["input_len"] + D * (1.0 + c["spec_n"])  # prompt + decode tokens through the layers
+    M = X * c["input_len"] + D * c["spec_1"]  # prompt + decode tokens through the layers
     gemm = c["gemm_token"] * M + c["gemm_weights"]
     ep_comm = 0.0 * gemm
     if c["any_moe"]:  # the experts the tokens visit: E·(1 − (1 − k/E)^M) of them (inference.experts_visited);
         # with expert parallelism the GPU's E/ep whole experts, visited by the tokens of its ep/tp replicas
-        visited = c["ep_share"] * experts_visited(c["experts"], c["top_k"], M * c["ep_group"])
-        gemm = gemm + c["moe"] * c["ffn_weights"] * (c["ep_scale"] * visited - 1.0)
+        visited = c["ep_share"] * experts_visited_from_log(c["experts"], c["log_keep"], M * c["ep_group"])
+        gemm = gemm + c["moe_ffn"] * (c["ep_scale"] * visited - 1.0)
         ep_comm = c["ep_token"] * M + c["ep_pass"]  # dispatch and combine all-to-alls
         gemm = gemm + ep_comm
     attn_pre = c["prefill_attention"] * X
     # a decode step's attention reads the KV once; with n drafts verified its FLOPs grow (1 + n)-fold
-    attn_dec = D * (c["decode_attention"] + c["spec_n"] * (c["decode_attention"] - c["kv_read_token"]))
+    attn_dec = D * c["attn_dec_token"]
     ew = c["elementwise"] * M
     tp = c["tp_token"] * M + c["tp_pass"]
     layer = gemm + attn_pre + attn_dec + ew + tp + c["overhead"]
-    logits = c["logits_row"] * (D * (1.0 + c["spec_n"]) + X) + c["logits_pass"]  # decode tokens, prompts' last
+    logits = c["logits_row"] * (D * c["spec_1"] + X) + c["logits_pass"]  # decode tokens, prompts' last
     p2p = c["p2p_token"] * M + c["p2p_pass"]
     # the engine's host work for each request the iteration carries, and for each request it admits
     host = c["request_overhead"] * (D + X) + c["request_setup"] * X
@@ -306,10 +325,7 @@ def _iteration(c: dict[str, Array], X: Array, parts: dict[str, Array] | None = N
     draft = 0.0 * t_stage
     if c["any_spec"]:  # the drafter (MTP module or EAGLE head) drafts n tokens per decode step: a layer, its
         # projection and the shared head each (drafter_size)
-        per_token = c["gemm_token"] + c["elementwise"] + c["tp_token"] + c["ep_token"] + c["decode_attention"] \
-            + c["logits_row"]
-        per_pass = c["gemm_weights"] + c["overhead"] + c["tp_pass"] + c["ep_pass"]
-        draft = c["spec_n"] * (D * per_token + per_pass)
+        draft = c["spec_n"] * (D * c["draft_token"] + c["draft_pass"])
         t_stage = t_stage + draft
     host = exposed_host_time(host, t_stage, c["host_overlap"])
     t_stage = t_stage + host
