@@ -337,12 +337,13 @@ def test_rtx_pro_6000_and_ada_serving_gemm_efficiencies_are_hoppers_scaled_by_on
     assert rtx["infer_matmul_eff_fp4"] == pytest.approx(
         fp8 * med["rtx_pro_6000_server", "nvfp4"] / med["rtx_pro_6000_server", "fp8"], abs=5e-4)
     # every other constant of the GB202 row is the datacenter Blackwell row's (ASSUMPTION, as its source says),
-    # except the engine all-reduce and the MoE routing skew, measured on its own server (tests/test_fit.py checks
-    # those fits)
+    # except the engine all-reduce, the MoE routing skew and the NVFP4 MoE kernels' fractions, measured on its own
+    # server (tests/test_fit.py checks those fits; test_moe_nvfp4_fractions_of_the_rtx_pro_6000_are_its_own_table)
     derived = {"infer_matmul_eff_fp16", "infer_matmul_eff_fp8", "infer_matmul_eff_fp4", "infer_attention_eff",
                "infer_attention_eff_fp8", "infer_allgather_eff", "infer_allgather_latency_us",
                "infer_mla_decode_eff", "infer_mla_decode_eff_fp8",
-               "infer_allreduce_eff", "infer_allreduce_latency_us", "moe_routing_skew", "moe_routing_skew_per_doubling"}
+               "infer_allreduce_eff", "infer_allreduce_latency_us", "moe_routing_skew", "moe_routing_skew_per_doubling",
+               "moe_fp4_gemm_eff", "moe_fp4_stream_eff"}
     for col in hwcat.EFFICIENCY_COLUMNS:
         if col not in derived:
             same = rtx[col] == eff.loc["blackwell", col]
@@ -389,12 +390,39 @@ def test_moe_nvfp4_grouped_gemm_fractions_are_the_measured_tables():
     memory_eff = hwcat.efficiency().loc["blackwell", "memory_eff"]
     assert K.MOE_NVFP4_STREAM_FRACTION == pytest.approx(row["stream_eff"] / memory_eff * 0.5 / 0.5625, abs=5e-4)
     assert (moe["source"].str.contains("aiconfigurator @095f58a")).all()
-    assert K.MOE_LAYER_FIXED_S == pytest.approx(moe["fixed_us"].median() * 1e-6, abs=5e-8)
+    hopper_b200 = moe.index.get_level_values("gpu").isin(["h100_sxm", "h200_sxm", "b200_sxm"])
+    assert K.MOE_LAYER_FIXED_S == pytest.approx(moe.loc[hopper_b200, "fixed_us"].median() * 1e-6, abs=5e-8)
     # per-tensor FP8 grouped GEMMs stay within 20 % of the dense FP8 fraction: no MoE factor for them
     for gpu in ("h100_sxm", "b200_sxm"):
         assert moe.loc[(gpu, "fp8"), "gemm_eff"] / dense[gpu, "fp8"] > 0.8
     g, s = moe_grouped_gemm_fractions(np.array([codes.PRECISION_FP4, codes.PRECISION_FP8, codes.PRECISION_BF16]))
     assert g.tolist() == [K.MOE_NVFP4_GEMM_FRACTION, 1.0, 1.0] and s.tolist() == [K.MOE_NVFP4_STREAM_FRACTION, 1.0, 1.0]
+
+
+def test_moe_nvfp4_fractions_of_the_rtx_pro_6000_are_its_own_table():
+    """The RTX PRO 6000 (blackwell-sm120) routes its NVFP4 experts through its own measured kernels: its efficiency
+    row's moe_fp4_gemm_eff and moe_fp4_stream_eff are derived from TensorRT-LLM 1.3.0rc20's MoE layer table of that
+    part as B200's constants are from B200's (the grouped GEMMs' fraction of the FP4 peak over the dense NVFP4
+    GEMMs' fraction; the streaming fraction of the peak over memory_eff, at 0.5 of the 0.5625 bytes read); every
+    other generation's cell is empty and the kernel takes B200's constants there."""
+    from dse.cost import constants as K
+
+    kernels = Path(__file__).parent / "kernels"
+    moe = pd.read_csv(kernels / "trtllm_moe_grouped_gemm.csv").set_index(["gpu", "dtype"])
+    dense = pd.read_csv(kernels / "trtllm_gemm_large_m.csv").set_index(["gpu", "dtype"])["median_eff"]
+    eff = hwcat.efficiency()
+    row = moe.loc["rtx_pro_6000_server", "nvfp4"]
+    sm120 = eff.loc["blackwell-sm120"]
+    assert sm120["moe_fp4_gemm_eff"] == pytest.approx(row["gemm_eff"] / dense["rtx_pro_6000_server", "nvfp4"],
+                                                      abs=5e-4)
+    assert sm120["moe_fp4_stream_eff"] == pytest.approx(row["stream_eff"] / sm120["memory_eff"] * 0.5 / 0.5625,
+                                                        abs=5e-4)
+    assert eff.drop(index="blackwell-sm120")[["moe_fp4_gemm_eff", "moe_fp4_stream_eff"]].isna().all().all()
+    names = hwcat.system_names()
+    hw = hwcat.hardware_columns(np.arange(len(names)))
+    for name, g, s in zip(names, hw["moe_fp4_gemm_fraction"], hw["moe_fp4_stream_fraction"], strict=True):
+        expect = (1.100, 0.805) if name == "rtx-pro-6000" else (K.MOE_NVFP4_GEMM_FRACTION, K.MOE_NVFP4_STREAM_FRACTION)
+        assert (g, s) == pytest.approx(expect), name
 
 
 def test_routed_expert_formats_are_the_measured_tables():
@@ -435,7 +463,9 @@ def test_routed_expert_formats_are_the_measured_tables():
          "precision": np.array([codes.PRECISION_BF16, codes.PRECISION_FP8, codes.PRECISION_FP4,
                                 codes.PRECISION_BF16, codes.PRECISION_BF16], dtype=float),
          "tensor_fp4_flops": np.array([0, 0, 1, 0, 1], dtype=float),
-         "infer_matmul_fp8_rate": 2.0 * one, "infer_matmul_fp16_rate": one}
+         "infer_matmul_fp8_rate": 2.0 * one, "infer_matmul_fp16_rate": one,
+         "moe_fp4_gemm_fraction": K.MOE_NVFP4_GEMM_FRACTION * one,
+         "moe_fp4_stream_fraction": K.MOE_NVFP4_STREAM_FRACTION * one}
     rate, act, wb = np.array([1.0, 2.0, 4.0, 1.0, 1.0]), np.array([2.0, 1.0, 0.5, 2.0, 2.0]), np.array(
         [2.0, 1.0, 0.5, 2.0, 2.0])
     r, a, w, s = routed_expert_format(x, rate, act, wb)

@@ -373,7 +373,7 @@ def routed_expert_format(x: dict[str, Array], rate: Array, act: Array, wb: Array
     mx8 = mx * mask(x["tensor_fp4_flops"] > 0, q)  # MXFP8 activations on microscaling tensor cores
     mx16 = mx - mx8
     tensor = 1.0 - block - mx
-    gemm_frac, stream_frac = moe_grouped_gemm_fractions(p)
+    gemm_frac, stream_frac = moe_grouped_gemm_fractions(p, x["moe_fp4_gemm_fraction"], x["moe_fp4_stream_fraction"])
     rate_e = (tensor * rate * gemm_frac + block * rate * K.MOE_FP8_BLOCK_GEMM_FRACTION
               + mx8 * x["infer_matmul_fp8_rate"] + mx16 * x["infer_matmul_fp16_rate"] * K.MOE_MXFP4_BF16_GEMM_FRACTION)
     act_e = (1.0 - mx) * act + mx8 * 1.0 + mx16 * 2.0
@@ -387,20 +387,24 @@ def routed_weight_bytes(x: dict[str, Array], wb: Array) -> Array:
     return wb + mx * (K.MXFP4_BYTES_PER_WEIGHT - wb)
 
 
-def moe_grouped_gemm_fractions(precision: Array) -> tuple[Array, Array]:
+def moe_grouped_gemm_fractions(precision: Array, fp4_gemm: Array | float = K.MOE_NVFP4_GEMM_FRACTION,
+                               fp4_stream: Array | float = K.MOE_NVFP4_STREAM_FRACTION) -> tuple[Array, Array]:
     """(GEMM rate, weight-streaming rate) of a mixture of experts' routed experts, as fractions of the engine's
     dense serving GEMM rate (``infer_matmul_*_rate``) and of ``memory_rate``:
     t_experts = F_routed / (rate · g) + W_visited / (memory_rate · s).
 
-    NVFP4 (``fp4``): g = MOE_NVFP4_GEMM_FRACTION, s = MOE_NVFP4_STREAM_FRACTION (dse.cost.constants), from
-    TensorRT-LLM's measured MoE layer tables (ai-dynamo/aiconfigurator, B200, CUTLASS grouped GEMMs,
-    tests/kernels/trtllm_moe_grouped_gemm.csv): its grouped GEMMs reach about half the fraction of peak of its dense
-    NVFP4 GEMMs, and stream the visited experts' weights at about half the HBM rate.  Other precisions: 1 and 1:
+    NVFP4 (``fp4``): g = ``fp4_gemm``, s = ``fp4_stream``, the GPU's hardware columns ``moe_fp4_gemm_fraction`` and
+    ``moe_fp4_stream_fraction`` (efficiency.csv ``moe_fp4_gemm_eff`` / ``moe_fp4_stream_eff``; empty:
+    MOE_NVFP4_GEMM_FRACTION and MOE_NVFP4_STREAM_FRACTION, dse.cost.constants), from TensorRT-LLM's measured MoE
+    layer tables (ai-dynamo/aiconfigurator, CUTLASS grouped GEMMs, tests/kernels/trtllm_moe_grouped_gemm.csv): on
+    B200 its grouped GEMMs reach about half the fraction of peak of its dense NVFP4 GEMMs and stream the visited
+    experts' weights at about half the HBM rate; on the RTX PRO 6000 (compute capability 12.0) they reach 1.10 of
+    its dense fraction and 0.81 of ``memory_rate``.  Other precisions: 1 and 1:
     per-tensor FP8 grouped GEMMs reach 0.96 (H100) and 0.82 (B200) of the dense FP8 fraction of peak in the same
     tables, BF16 at least the dense one.  Experts stored otherwise (block-scaled FP8, MXFP4): the model's
     ``moe_quant``, :func:`routed_expert_format`."""
     fp4 = mask(precision == codes.PRECISION_FP4, precision)
-    return (1.0 + fp4 * (K.MOE_NVFP4_GEMM_FRACTION - 1.0), 1.0 + fp4 * (K.MOE_NVFP4_STREAM_FRACTION - 1.0))
+    return (1.0 + fp4 * (fp4_gemm - 1.0), 1.0 + fp4 * (fp4_stream - 1.0))
 
 
 def _layer_gemms(tokens: Array, x: dict[str, Array], terms: tuple[Array, Array, Array]) -> Array:

@@ -14,6 +14,8 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
+from dse.cost.constants import MOE_NVFP4_GEMM_FRACTION, MOE_NVFP4_STREAM_FRACTION
+
 #: Hardware columns handed to the cost kernels, in SI units (FLOP/s, bytes, bytes/s, seconds).  Peaks are
 #: 0 where the GPU lacks a precision; ``*_rate`` / ``*_bw`` columns are achieved rates (peak × efficiency).
 HARDWARE_COLUMNS: tuple[str, ...] = (
@@ -56,6 +58,8 @@ HARDWARE_COLUMNS: tuple[str, ...] = (
     "host_mem_bytes",
     "moe_routing_skew",
     "moe_routing_skew_per_doubling",
+    "moe_fp4_gemm_fraction",
+    "moe_fp4_stream_fraction",
 )
 
 EFFICIENCY_COLUMNS: tuple[str, ...] = (
@@ -87,6 +91,8 @@ EFFICIENCY_COLUMNS: tuple[str, ...] = (
     "xqa_memory_eff",
     "moe_routing_skew",
     "moe_routing_skew_per_doubling",
+    "moe_fp4_gemm_eff",
+    "moe_fp4_stream_eff",
 )
 #: Dimensionless fractions among the efficiency constants (the others are latencies in microseconds and the
 #: masked-MHA decode kernel's element rate per SM and clock).
@@ -306,6 +312,12 @@ def achieved(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         # serving: the routed experts' GEMM time under real routing over balanced (dse.cost.inference.routing_skew)
         "moe_routing_skew": np.nan_to_num(np.asarray(raw["moe_routing_skew"], dtype=np.float64), nan=1.0),
         "moe_routing_skew_per_doubling": z(raw["moe_routing_skew_per_doubling"]),
+        # serving: the routed experts' NVFP4 grouped GEMMs and weight streaming as fractions of the dense NVFP4 rate
+        # and of memory_rate (dse.cost.inference.moe_grouped_gemm_fractions); empty: B200's measured constants
+        "moe_fp4_gemm_fraction": np.nan_to_num(np.asarray(raw["moe_fp4_gemm_eff"], dtype=np.float64),
+                                               nan=MOE_NVFP4_GEMM_FRACTION),
+        "moe_fp4_stream_fraction": np.nan_to_num(np.asarray(raw["moe_fp4_stream_eff"], dtype=np.float64),
+                                                 nan=MOE_NVFP4_STREAM_FRACTION),
     }
 
 

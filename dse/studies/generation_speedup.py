@@ -42,7 +42,7 @@ FACTOR_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
                          "xqa_rate", "cpu_adam_rate", "host_mem_bytes", "layer_overhead_graphs_s",
                          "infer_allreduce_bw", "infer_allreduce_latency_s", "infer_allgather_bw",
                          "infer_allgather_latency_s", "scaleup_multinode", "moe_routing_skew",
-                         "moe_routing_skew_per_doubling")),
+                         "moe_routing_skew_per_doubling", "moe_fp4_gemm_fraction", "moe_fp4_stream_fraction")),
 )
 #: Step index of the lower-precision group: from it on the layout search may use fp8 / fp4.
 LOW_PRECISION_STEP = 2
