@@ -20,6 +20,7 @@ from dse.frame import (
     evaluate_ep_exchange,
     evaluate_infer,
     evaluate_prompt_attention_rate,
+    evaluate_routed_expert_rates,
     evaluate_routing_skew,
     evaluate_train,
     infer_inputs,
@@ -93,6 +94,9 @@ PROMPT_ATTENTION_RATE, PROMPT_ATTENTION_FP8 = "prompt_attention_flops_per_s", "p
 #: 1 where an explained serving row's expert-parallel tokens travel by all-gather + reduce-scatter
 #: (:func:`dse.frame.evaluate_ep_exchange`).
 EP_ALLGATHER = "ep_allgather"
+#: The routed experts' GEMM rate over the dense one and their weight-streaming rate over memory_rate
+#: (:func:`dse.frame.evaluate_routed_expert_rates`).
+ROUTED_GEMM, ROUTED_STREAM = "routed_gemm_fraction", "routed_stream_fraction"
 
 
 def hbm_bound_text(row: pd.Series) -> str:
@@ -116,6 +120,8 @@ def explain_row(config: Mapping[str, object], overrides: Overrides | None = None
         row = out.iloc[0].copy()
         row[HBM_BOUND] = evaluate_decode_bound(frame, "serve", "dse explain", overrides)[0]
         row[ROUTING_SKEW] = evaluate_routing_skew(frame, "serve", "dse explain", overrides)[0]
+        gemm, stream = evaluate_routed_expert_rates(frame, "serve", "dse explain", overrides)
+        row[ROUTED_GEMM], row[ROUTED_STREAM] = gemm[0], stream[0]
         rate, fp8 = evaluate_prompt_attention_rate(frame, "dse explain", overrides)
         row[PROMPT_ATTENTION_RATE], row[PROMPT_ATTENTION_FP8] = rate[0], fp8[0]
         row[EP_ALLGATHER] = evaluate_ep_exchange(frame, "dse explain", overrides)[0]
@@ -128,6 +134,8 @@ def explain_row(config: Mapping[str, object], overrides: Overrides | None = None
         row = out.iloc[0].copy()
         row[HBM_BOUND] = evaluate_decode_bound(frame, "infer", "dse explain", overrides)[0]
         row[ROUTING_SKEW] = evaluate_routing_skew(frame, "infer", "dse explain", overrides)[0]
+        gemm, stream = evaluate_routed_expert_rates(frame, "infer", "dse explain", overrides)
+        row[ROUTED_GEMM], row[ROUTED_STREAM] = gemm[0], stream[0]
         row["model"] = config.get("model", "custom model")
         row["task"] = "infer"
         return row
@@ -446,9 +454,14 @@ def expert_width_text(row: pd.Series) -> str:
     skew = float(row[ROUTING_SKEW])
     why = ("moe_imbalance, as given or as the stack sets it" if _given(row.get("moe_imbalance"))
            else f"the GPU's measured routing skew at ep {ep:.0f}")
+    rates = ""
+    if _given(row.get(ROUTED_GEMM)):
+        rates = (f"\n    routed experts' grouped GEMMs at {float(row[ROUTED_GEMM]):.3f} of the dense GEMM rate, "
+                 f"their weights streamed at {float(row[ROUTED_STREAM]):.3f} of memory_rate (the checkpoint's expert "
+                 "format on this GPU's measured MoE kernels; dse.cost.inference.routed_expert_format)")
     return (f"    routed experts {width:.0f} wide per GPU: grouped GEMMs at {w:.2f} of their rate "
             "(dse.cost.inference.expert_width_efficiency)\n"
-            f"    routed GEMMs x {skew:.2f} for uneven routing ({why}; dse.cost.inference.routing_skew)")
+            f"    routed GEMMs x {skew:.2f} for uneven routing ({why}; dse.cost.inference.routing_skew)" + rates)
 
 
 def format_explain_serve(row: pd.Series) -> str:

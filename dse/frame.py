@@ -553,6 +553,23 @@ def evaluate_routing_skew(frame: pd.DataFrame, task: str, source: str = "<frame>
     return np.where(x["experts"] > 1, routing_skew(x), np.nan).astype(np.float64)
 
 
+def evaluate_routed_expert_rates(frame: pd.DataFrame, task: str, source: str = "<frame>",
+                                 overrides: dict[tuple[str, str], float] | None = None
+                                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(GEMM rate over the row's dense serving GEMM rate, weight-streaming rate over ``memory_rate``) of the routed
+    experts of every row of ``frame``, all rows of one ``task`` (infer or serve), in row order
+    (:func:`dse.cost.inference.routed_expert_format`: the checkpoint's expert format and the GPU's measured MoE
+    kernels); NaN for a dense model."""
+    from dse.cost.inference import _rates, routed_expert_format
+
+    x = kernel_columns(frame, task, source, overrides)
+    _, rate, act, wb = _rates(x)
+    rate_e, _, _, stream = routed_expert_format(x, rate, act, wb)
+    moe = x["experts"] > 1
+    return (np.where(moe, rate_e / rate, np.nan).astype(np.float64),
+            np.where(moe, stream, np.nan).astype(np.float64))
+
+
 def evaluate_prompt_attention_rate(frame: pd.DataFrame, source: str = "<frame>",
                                    overrides: dict[tuple[str, str], float] | None = None
                                    ) -> tuple[np.ndarray, np.ndarray]:

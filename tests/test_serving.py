@@ -107,6 +107,23 @@ def test_explain_serve_names_the_expert_width_factor(capsys):
     assert "routed experts" not in capsys.readouterr().out
 
 
+def test_explain_serve_names_the_gpus_measured_moe_kernel_rates(capsys):
+    """The serving explanation of NVFP4 routed experts states the fractions the kernel applies: the GPU's measured
+    MoE kernel columns where its efficiency row has them (RTX PRO 6000: blackwell-sm120's moe_fp4_gemm_eff and
+    moe_fp4_stream_eff), B200's constants elsewhere."""
+    from dse.cost import constants as K
+    from dse.hardware import catalog as hwcat
+
+    eff = hwcat.efficiency().loc["blackwell-sm120"]
+    base = ["explain", "--task", "serve", "--tp", "1", "--model", "qwen3-30b-a3b", "--precision", "fp4",
+            "--input-len", "1000", "--output-len", "1000"]
+    for system, (g, s) in (("rtx-pro-6000", (eff["moe_fp4_gemm_eff"], eff["moe_fp4_stream_eff"])),
+                           ("b200", (K.MOE_NVFP4_GEMM_FRACTION, K.MOE_NVFP4_STREAM_FRACTION))):
+        assert main([*base, "--system", system]) == 0
+        out = capsys.readouterr().out
+        assert f"grouped GEMMs at {g:.3f} of the dense GEMM rate, their weights streamed at {s:.3f}" in out, system
+
+
 def test_explain_prints_the_kv_read_ceiling_of_the_configuration(capsys):
     """dse explain (serve and infer) sets the output rate against decode_hbm_bound, the same bound dse validate
     checks measurements against: the rate it predicts stays below it."""
