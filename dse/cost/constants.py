@@ -69,9 +69,20 @@ CROSS_ENTROPY_BYTES = 20.0
 #: Embedding lookup per (token · h): forward reads and writes 2 + 2, backward scatter-adds into fp32 (8).
 EMBEDDING_BYTES = 12.0
 
-#: Adam step per parameter held: read fp32 master, momentum, variance and fp32 gradient (16), write the
-#: three states (12), write the 16-bit weight copy (2), plus the gradient-norm read (2).
-ADAM_BYTES_PER_PARAM = 32.0
+#: Mixed-precision Adam step per parameter held (16-bit weights, fp32 master weights and moments), bytes counted from
+#: Megatron-LM's optimizer step (NVIDIA/Megatron-LM @739cb43dae, 2022-05, ``megatron/optimizer/optimizer.py``
+#: ``MixedPrecisionOptimizer.step``, ``clip_grads.py``, ``training.py``) with fp32 gradient accumulation (bf16, where
+#: Megatron forces it): the fp32 gradient handed to the optimizer as a view (``main_grad.float()``, no copy), the
+#: gradient norm (``multi_tensor_l2norm``, r4), apex FusedAdam (read master, gradient, momentum, variance 16, write
+#: three 12: 28), the copy of the master weights into the 16-bit weights (``multi_tensor_scale``, r4 w2: 6) and the
+#: zeroing of the gradient buffer before the next step (``zero_grad_buffer``, w4): 42.  The clipping pass (r4 w4)
+#: runs only when the norm exceeds ``--clip-grad`` and is not counted.
+ADAM_BYTES_PER_PARAM = 42.0
+#: fp16 training adds dynamic loss scaling to the step (same code): the fp16 gradient buffer (fp16 accumulation is
+#: Megatron's default there) copied to fp32 for the optimizer (``main_grad.float()``, r2 w4: 6) and unscaled with
+#: the inf/NaN check (``_amp_foreach_non_finite_check_and_unscale_``, r4 w4: 8), while its zeroing writes 2 bytes,
+#: not 4: 54 in all.
+LOSS_SCALING_BYTES_PER_PARAM = 6.0 + 8.0 - 2.0
 
 #: PyTorch DDP with ``gradient_as_bucket_view=False`` (the default of torch.nn.parallel.DistributedDataParallel and of
 #: HF accelerate) keeps its buckets apart from the gradients: the reducer copies each gradient into its bucket in the

@@ -761,7 +761,9 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
     bwd_window = lps * (bwd_compute + recompute)
     fwd_window = lps * fwd_compute
     opt_params = p_train / (1.0 + z1 * (dpc - 1.0))
-    t_opt_gpu = opt_params * pick(adam16, tw * K.ADAM_16BIT_BYTES_PER_PARAM, K.ADAM_BYTES_PER_PARAM) / mem_rate
+    is_fp16 = (x["precision"] == codes.PRECISION_FP16).astype(f64)
+    adam_bytes = K.ADAM_BYTES_PER_PARAM + is_fp16 * K.LOSS_SCALING_BYTES_PER_PARAM
+    t_opt_gpu = opt_params * pick(adam16, tw * K.ADAM_16BIT_BYTES_PER_PARAM, adam_bytes) / mem_rate
 
     # ---- CPU offload (ZeRO-Offload, Ren et al. 2021; ZeRO-Infinity, Rajbhandari et al. 2021) --------------
     # optimizer: gradients go to the CPU under the last backward, the CPU runs Adam, updated 16-bit weights
