@@ -943,6 +943,32 @@ def test_an_ep_that_does_not_divide_the_experts_holds_redundant_slots():
     assert w[1] - w[3] == pytest.approx(slot * (np.ceil(E / 72) - np.ceil(E / 128)), rel=1e-5)
 
 
+def test_mtp_drafter_experts_are_split_over_expert_parallel_ranks_like_the_layers():
+    """DeepSeek-V3's MTP module drafting on EP64: its routed experts sit on the expert-parallel ranks like every MoE
+    layer's (4 of 256 per GPU), so the drafter adds its dense parameters plus 1/64 of its experts to a GPU's
+    weights, i.e. the same routed bytes as one MoE layer of the model (one expert slot's bytes on one layer)."""
+    rows = pd.DataFrame({"task": "serve", "model": "deepseek-v3", "system": "h200-sxm-141gb", "tp": 1,
+                         "dp": 64, "ep": 64, "gpus": 64, "precision": "fp8", "input_len": 2000, "output_len": 100,
+                         "mtp": 1, "spec_tokens": [0, 1]})
+    out = evaluate(rows)
+    plain, spec = out["weights_bytes"].to_numpy()
+    from dse.cost.architecture import layer_record, mtp_params
+    from dse.models.catalog import models
+    m = models().loc["deepseek-v3"]
+    x = {k: np.asarray([float(m[k]) if pd.notna(m[k]) else 0.0]) for k in (
+        "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "experts", "top_k", "head_dim",
+        "kv_lora_rank", "q_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_head_dim", "moe_ffn_hidden",
+        "shared_experts", "dense_layers", "moe_every", "sliding_window", "attention_chunk", "global_every", "mtp")}
+    x["attention_kind"] = np.asarray([float(codes.ATTENTION_KIND.index("mla"))])
+    x["mlp"] = np.asarray([float(codes.MLP.index("swiglu"))])
+    rec = layer_record(x)
+    E, h = x["experts"], x["hidden"]
+    routed = float((E * rec["expert_params"])[0])
+    dense = float(mtp_params(rec, h, E, np.asarray([1.0]))[0]) - routed
+    # dense parts at the FP8 checkpoint's 1 byte (+ block scales), routed experts at the same format
+    assert spec - plain == pytest.approx(dense + routed / 64.0, rel=0.01)
+
+
 def test_decode_only_throughput_is_the_decode_pool_capacity_aggregated_or_not():
     """decode_tokens_per_s_per_gpu (what disaggregated benchmarks of the decode pool alone report) is the decode
     replicas' capacity at their batch or KV limit: the aggregated kernel and the disaggregated one (whose decode

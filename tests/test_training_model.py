@@ -825,3 +825,54 @@ def test_rank_list_collectives_add_a_cost_per_rank_and_collective():
     # per collective n · C10D_RANK_COPY_S: thousands of per-tensor collectives per step of a 96-layer model
     assert 1000 < extra_384 / (384 * K.C10D_RANK_COPY_S) < 10000
     assert t[5] == t[4]  # ZeRO-1: no ZeRO-3 collective
+
+
+def _moe_row(**extra):
+    """DeepSeek-V3 on 256 GB200 at pp 4 × vpp 4 and ep 64 (Megatron-Bridge's 26.02 layout but for the split:
+    13 layers on the first rank, 16 on the others, so that the last rank, 16 layers + the head and the MTP module,
+    holds the most), distributed optimizer (zero 1)."""
+    row = {"task": "train", "model": "deepseek-v3", "system": "gb200-nvl72", "gpus": 256, "tp": 1, "pp": 4,
+           "dp": 64, "ep": 64, "vpp": 4, "layers_first_stage": 13, "layers_last_stage": 16, "micro_batch": 1,
+           "global_batch": 4096, "seq_len": 4096, "recompute": "selective", "precision": "fp8", "zero": 1,
+           "stack": "nemo-26.02", **extra}
+    return dse.evaluate(pd.DataFrame([row])).iloc[0]
+
+
+def test_mtp_module_experts_are_split_over_expert_parallel_ranks():
+    """The MTP module on the last pipeline rank holds its routed experts E/(ep·etp) per GPU, like every MoE layer
+    (Megatron-core builds the MTP block from the model's layer spec, experts included): with mtp 1 the last rank
+    holds (the module's dense parameters)/tp + E·n_mlp·h·f_moe/(ep·etp) more than with mtp 0, not all E experts."""
+    from dse.cost.architecture import layer_record, mtp_params
+
+    with_mtp, without = _moe_row(mtp=1), _moe_row(mtp=0)
+    m = models().loc["deepseek-v3"]
+    x = {k: np.asarray([float(m[k]) if pd.notna(m[k]) else 0.0]) for k in (
+        "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "experts", "top_k", "head_dim",
+        "kv_lora_rank", "q_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_head_dim", "moe_ffn_hidden",
+        "shared_experts", "dense_layers", "moe_every", "sliding_window", "attention_chunk", "global_every", "mtp")}
+    x["attention_kind"] = np.asarray([float(codes.ATTENTION_KIND.index("mla"))])
+    x["mlp"] = np.asarray([float(codes.MLP.index("swiglu"))])
+    rec = layer_record(x)
+    E, h = float(m["experts"]), float(m["hidden"])
+    routed = E * float(rec["expert_params"][0])
+    module = float(mtp_params(rec, np.asarray([h]), np.asarray([E]), np.asarray([1.0]))[0])
+    expected = (module - routed) / 1.0 + routed / 64.0  # tp 1, ep 64, etp 1
+    assert with_mtp["params_per_gpu"] - without["params_per_gpu"] == pytest.approx(expected, rel=1e-3)
+    assert with_mtp["params_per_gpu"] < 9e9  # ~8.1 B on the last rank (16 layers, head, MTP), not 19 B
+
+
+def test_expert_optimizer_state_is_sharded_over_the_expert_data_parallel_group():
+    """Megatron-core's distributed optimizer shards the routed experts' fp32 state over their expert-data-parallel
+    ranks, tp·dp·cp/(ep·etp) = 1 here, and the dense parameters over dp·cp = 64: growing ep from 32 to 64 halves
+    the experts a GPU holds, but no longer shards their state, so the optimizer memory per GPU is the state of the
+    local experts in full, not 1/64 of it."""
+    out = _moe_row(mtp=0)
+    grads_per_param = out["mem_grads_bytes"] / out["params_per_gpu"]  # 16-bit gradients, unsharded at zero 1
+    assert grads_per_param == pytest.approx(2.0, rel=1e-6)
+    m = models().loc["deepseek-v3"]
+    experts_per_gpu = float(m["experts"]) / 64.0
+    expert_params = 3.0 * float(m["hidden"]) * float(m["moe_ffn_hidden"]) * experts_per_gpu
+    moe_layers = 16.0 * (float(m["layers"]) - float(m["dense_layers"])) / float(m["layers"])  # the mean layer's share
+    expert_state = 12.0 * moe_layers * expert_params
+    assert out["mem_optimizer_bytes"] > expert_state
+    assert out["mem_optimizer_bytes"] < expert_state + 12.0 * out["params_per_gpu"] / 64.0 * 1.01

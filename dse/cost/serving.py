@@ -746,22 +746,24 @@ def kv_link(x: dict[str, Array]) -> tuple[Array, Array]:
     return same, pick(same, x["scaleup_ring_bw"], x["scaleout_bw"])
 
 
-def drafter_size(x: dict[str, Array], rec: dict[str, Array]) -> tuple[Array, Array]:
-    """(parameters, KV-caching layers) of the speculative drafter, held on the last pipeline stage beside the
-    output head it shares with the model (0 without ``spec_tokens``): the model's MTP modules
-    (:func:`dse.cost.architecture.mtp_params`, one block and a 2h → h projection each, DeepSeek-V3 §2.2), or an
-    EAGLE head, one dense decoder layer of the model's width and its fusion projection (EAGLE, Li et al. 2024,
-    §3; ASSUMPTION: the 2h → h projection of EAGLE-1 and the model's first dense FFN width; EAGLE-3 fuses three
-    layers' features, 3h → h).  Each caches K and V for its attention."""
+def drafter_size(x: dict[str, Array], rec: dict[str, Array]) -> tuple[Array, Array, Array]:
+    """(parameters, KV-caching layers, routed-expert parameters among them) of the speculative drafter, held on
+    the last pipeline stage beside the output head it shares with the model (0 without ``spec_tokens``): the
+    model's MTP modules (:func:`dse.cost.architecture.mtp_params`, one block and a 2h → h projection each,
+    DeepSeek-V3 §2.2; a MoE model's block has its routed experts, which the engine splits over the expert-parallel
+    ranks like the main layers'), or an EAGLE head, one dense decoder layer of the model's width and its fusion
+    projection (EAGLE, Li et al. 2024, §3; ASSUMPTION: the 2h → h projection of EAGLE-1 and the model's first dense
+    FFN width; EAGLE-3 fuses three layers' features, 3h → h).  Each caches K and V for its attention."""
     spec = np.nan_to_num(x["spec_tokens"]) > 0
-    if not spec.any():  # no row drafts: both 0 (a whole-batch switch, exact)
+    if not spec.any():  # no row drafts: all 0 (a whole-batch switch, exact)
         zero = 0.0 * x["hidden"]
-        return zero, zero
+        return zero, zero, zero
     on = mask(spec, x["hidden"])
     eagle = mask(x["spec_method"] == codes.SPEC_METHOD_EAGLE, x["hidden"])
     mtp = mtp_params(rec, x["hidden"], x["experts"], x["mtp"])
+    routed = x["mtp"] * mask(x["experts"] > 1, x["hidden"]) * x["experts"] * rec["expert_params"]
     head = mtp_params(rec, x["hidden"], 0.0 * x["experts"] + 1.0, 1.0 + 0.0 * x["mtp"])
-    return on * pick(eagle, head, mtp), on * pick(eagle, 1.0, x["mtp"])
+    return on * pick(eagle, head, mtp), on * pick(eagle, 1.0, x["mtp"]), on * (1.0 - eagle) * routed
 
 
 def _kv_capacity(x: dict[str, Array], budget: Array, rec: dict[str, Array] | None = None,
@@ -783,10 +785,11 @@ def _kv_capacity(x: dict[str, Array], budget: Array, rec: dict[str, Array] | Non
     p_layer = infer_layer_params(rec, h, E, t, expert_split=expert_split)
     untied = mask(x["tied_embeddings"] <= 0, p)
     single = mask(p <= 1, p)
-    draft_params, draft_layers = drafter_size(x, rec)
+    draft_params, draft_layers, draft_routed = drafter_size(x, rec)
     routed = routed_layer_params(rec, E, expert_split)
     weights = (stage_layers(L, p) * (p_layer * wb + routed * (routed_weight_bytes(x, wb) - wb))
-               + V * h / t * 2.0 * (1.0 + single * untied) + draft_params / t * wb)
+               + V * h / t * 2.0 * (1.0 + single * untied) + (draft_params - draft_routed) / t * wb
+               + draft_routed / expert_split * routed_weight_bytes(x, wb))
     n_fc1 = (rec["n_mlp"] - 1.0) * (rec["ffn_dense"] + rec["moe_frac"] * (1.0 + moe * (x["top_k"] - 1.0))
                                     * rec["ffn_moe"]) / t
     act_tokens = np.minimum(budget, s_in + s_out)

@@ -713,8 +713,9 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
     # may be a middle rank); its layer count is lpm.
     p_first = L_first * p_layer + p_embed * (1.0 + single * untied)
     p_last = L_last * p_layer + p_embed
-    if any_mtp:  # the MTP modules live with the output head (their experts split like the others)
-        p_mtp = mtp_params(rec, h, E, x["mtp"]) / t
+    if any_mtp:  # the MTP modules live with the output head, their routed experts split over ep·etp like the others
+        routed_mtp = x["mtp"] * mask(E > 1, E) * E * rec["expert_params"]
+        p_mtp = (mtp_params(rec, h, E, x["mtp"]) - routed_mtp) / t + routed_mtp / (e * et)
         p_last = p_last + p_mtp
         p_first = p_first + single * p_mtp
     p_mid = (p > 2) * L_mid * p_layer
@@ -760,7 +761,11 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
     weight_gather = z3 * allgather_time(weight_stage_bytes, dpc, dense_links)
     bwd_window = lps * (bwd_compute + recompute)
     fwd_window = lps * fwd_compute
-    opt_params = p_train / (1.0 + z1 * (dpc - 1.0))
+    # the distributed optimizer shards each parameter over the ranks that hold a copy of it: dense ones over
+    # dp·cp, routed experts over the expert-data-parallel group (Megatron-core keeps the expert parameters in
+    # their own buffers, reduced and sharded over expert_data_parallel_group: core/distributed/
+    # distributed_data_parallel.py, core/optimizer/distrib_optimizer.py)
+    opt_params = p_dense_train / (1.0 + z1 * (dpc - 1.0)) + p_expert_train / (1.0 + z1 * (edp - 1.0))
     is_fp16 = (x["precision"] == codes.PRECISION_FP16).astype(f64)
     adam_bytes = K.ADAM_BYTES_PER_PARAM + is_fp16 * K.LOSS_SCALING_BYTES_PER_PARAM
     t_opt_gpu = opt_params * pick(adam16, tw * K.ADAM_16BIT_BYTES_PER_PARAM, adam_bytes) / mem_rate
@@ -935,8 +940,12 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
         weights = pick(off_all, 2.0 * (weight_stage_bytes / lpm), weights)  # offloaded: two layers on the GPU
     # fp32 LoRA adapters (tw = 2) have fp32 gradients whatever the layout; 16-bit-state Adam keeps their dtype
     grad_per_param, state_per_param = optimizer_layout_bytes(x["optimizer"])
-    grads = tw * gradient_bytes(p_train, dpc, zero, np.maximum(grad_per_param / tw, GRAD_BYTES))
-    optim = optimizer_bytes(p_train, dpc, zero, pick(adam16, tw * state_per_param, state_per_param))
+    grad_per = np.maximum(grad_per_param / tw, GRAD_BYTES)
+    # routed experts' gradients and states shard over their expert-data-parallel ranks (edp), the rest over dp·cp
+    grads = tw * (gradient_bytes(p_dense_train, dpc, zero, grad_per)
+                  + gradient_bytes(p_expert_train, edp, zero, grad_per))
+    state = pick(adam16, tw * state_per_param, state_per_param)
+    optim = optimizer_bytes(p_dense_train, dpc, zero, state) + optimizer_bytes(p_expert_train, edp, zero, state)
     if any_offload:
         optim = (1.0 - off_opt) * optim
     held_weights, _ = gather_once_bytes(weight_stage_bytes / 2.0, dpc)
