@@ -876,3 +876,17 @@ def test_expert_optimizer_state_is_sharded_over_the_expert_data_parallel_group()
     expert_state = 12.0 * moe_layers * expert_params
     assert out["mem_optimizer_bytes"] > expert_state
     assert out["mem_optimizer_bytes"] < expert_state + 12.0 * out["params_per_gpu"] / 64.0 * 1.01
+
+
+def test_fsdp_shards_the_routed_experts_over_their_expert_data_parallel_ranks():
+    """FSDP with expert parallelism (NeMo Automodel's parallelizer: the experts' own fully_shard on the ep_shard
+    mesh, tp·dp·cp/(ep·etp) ranks, inside the block's on dp·cp): Qwen3-30B-A3B on 8 GPUs at ep 8 keeps its 16 local
+    experts whole (edp 1) and shards the rest over 8, so its 16-bit weights per GPU are 2·(experts held + rest/8)."""
+    row = {"task": "train", "model": "qwen3-30b-a3b", "system": "h100-sxm-80gb", "gpus": 8, "tp": 1, "pp": 1,
+           "dp": 8, "ep": 8, "micro_batch": 1, "global_batch": 64, "seq_len": 4096, "recompute": "full",
+           "precision": "bf16", "zero": 3, "stack": "nemo-automodel-0.1"}
+    out = dse.evaluate(pd.DataFrame([row])).iloc[0]
+    m = models().loc["qwen3-30b-a3b"]
+    experts = float(m["layers"]) * float(m["experts"]) / 8.0 * 3.0 * float(m["hidden"]) * float(m["moe_ffn_hidden"])
+    rest = out["params_per_gpu"] - experts
+    assert out["mem_weights_bytes"] == pytest.approx(2.0 * (experts + rest / 8.0), rel=1e-4)

@@ -757,8 +757,12 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
     grad_sync = grad_sync + per_rank * dpc * np.ceil(p_train / (h * h)) * ring_latency(t, dpc, D)
     param_gather = z1 * (allgather_time(2.0 * tw * p_dense_train, dpc, dense_links)
                          + allgather_time(2.0 * p_expert_train, edp, expert_links))
-    # ZeRO-3 gathers every held weight (trainable or frozen) for each micro-batch's forward and backward
-    weight_gather = z3 * allgather_time(weight_stage_bytes, dpc, dense_links)
+    # ZeRO-3 gathers every held weight (trainable or frozen) for each micro-batch's forward and backward; FSDP
+    # shards the routed experts over their expert-data-parallel ranks (torchtitan's and Automodel's
+    # dp_shard_mod_ep mesh), the rest over dp·cp
+    expert_share = p_expert / np.maximum(p_stage, 1.0)
+    weight_gather = z3 * (allgather_time(weight_stage_bytes * (1.0 - expert_share), dpc, dense_links)
+                          + allgather_time(weight_stage_bytes * expert_share, edp, expert_links))
     bwd_window = lps * (bwd_compute + recompute)
     fwd_window = lps * fwd_compute
     # the distributed optimizer shards each parameter over the ranks that hold a copy of it: dense ones over
@@ -935,7 +939,8 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
     act_last = (inflight_chunk_microbatches(m, p, v, p - 1.0) * (L_last + x["mtp"]) * act_layer + act_transient
                 + logits * (1.0 + x["mtp"]))
     act = np.maximum(np.maximum(act_first, act_last), act_mid)
-    weights = weight_bytes(weight_stage_bytes / 2.0, dpc, zero)  # memory.weight_bytes counts 2 bytes each
+    held = weight_stage_bytes / 2.0  # memory.weight_bytes counts 2 bytes each
+    weights = weight_bytes(held * (1.0 - expert_share), dpc, zero) + weight_bytes(held * expert_share, edp, zero)
     if any_stream:
         weights = pick(off_all, 2.0 * (weight_stage_bytes / lpm), weights)  # offloaded: two layers on the GPU
     # fp32 LoRA adapters (tw = 2) have fp32 gradients whatever the layout; 16-bit-state Adam keeps their dtype
@@ -948,7 +953,8 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
     optim = optimizer_bytes(p_dense_train, dpc, zero, state) + optimizer_bytes(p_expert_train, edp, zero, state)
     if any_offload:
         optim = (1.0 - off_opt) * optim
-    held_weights, _ = gather_once_bytes(weight_stage_bytes / 2.0, dpc)
+    held_weights = (gather_once_bytes(held * (1.0 - expert_share), dpc)[0]
+                    + gather_once_bytes(held * expert_share, edp)[0])
     _, held_grads = gather_once_bytes(p_train, dpc)
     weights = weights + once * (zero >= 3) * held_weights
     grads = grads + once * held_grads
