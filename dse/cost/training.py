@@ -713,9 +713,10 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
     # may be a middle rank); its layer count is lpm.
     p_first = L_first * p_layer + p_embed * (1.0 + single * untied)
     p_last = L_last * p_layer + p_embed
+    mtp_experts = 0.0 * p_last  # the MTP modules' routed experts on a GPU of the last rank
     if any_mtp:  # the MTP modules live with the output head, their routed experts split over ep·etp like the others
-        routed_mtp = x["mtp"] * mask(E > 1, E) * E * rec["expert_params"]
-        p_mtp = (mtp_params(rec, h, E, x["mtp"]) - routed_mtp) / t + routed_mtp / (e * et)
+        mtp_experts = x["mtp"] * mask(E > 1, E) * E * rec["expert_params"] / (e * et)
+        p_mtp = (mtp_params(rec, h, E, x["mtp"]) - mtp_experts * e * et) / t + mtp_experts
         p_last = p_last + p_mtp
         p_first = p_first + single * p_mtp
     p_mid = (p > 2) * L_mid * p_layer
@@ -723,7 +724,8 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
     first_holds_more = ((p_first >= p_last) | (p <= 1)).astype(f64)  # the first rank holds the most, or is the only
     lpm = pick(mid_fullest, L_mid, pick(first_holds_more, L_first, L_last))
     p_stage = np.maximum(np.maximum(p_first, (1.0 - single) * p_last), p_mid)
-    p_expert = lpm * p_expert_layer
+    last_fullest = (1.0 - mid_fullest) * (1.0 - first_holds_more)
+    p_expert = lpm * p_expert_layer + (last_fullest + single) * mtp_experts
     p_dense = p_stage - p_expert
     # what the optimizer updates: every weight, or (LoRA / QLoRA) only the adapters, all synced as dense
     # bytes of the weights a GPU holds: 16-bit, or QLoRA's 4-bit layers with 16-bit embeddings and adapters
