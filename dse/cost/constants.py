@@ -121,7 +121,7 @@ QLORA_DEQUANT_BYTES = QLORA_WEIGHT_BYTES + 2.0
 #: "4-bit QLoRA training speed is roughly on par with 16-bit LoRA", artidoro/qlora issue 107; a user: "the time
 #: cost of QLoRa is five times that of LoRa", allenai/open-instruct issue 109).  FITTED on shared/reference
 #: (zhang2023_train_bs1_lora7b.csv, the QLoRA rows) by python -m dse.validation.fit.
-QLORA_DEQUANT_EFFICIENCY = 0.1076
+QLORA_DEQUANT_EFFICIENCY = 0.1021
 
 
 # ---- ring collectives: start-up latency (NCCL's tuning model) ---------------------------------------------
@@ -152,7 +152,7 @@ ZERO3_FETCH_OVERHEAD_S = 205e-6
 #: a CUDA kernel launch alone costs "about 4-6 us", pegainfer blog; the NVIDIA CUDA Graphs blog measured ~3.8 us
 #: per back-to-back kernel on V100).  FITTED on shared/reference (zhang2023_train_bs1_lora7b.csv with the module
 #: profile of zhang2023_module_profiles.md) by python -m dse.validation.fit.
-EAGER_KERNEL_S = 11.48e-6
+EAGER_KERNEL_S = 11.65e-6
 #: The unfused attention's batched matmuls (QKᵀ, PV; 2·b·a·s²·d FLOPs each, head_dim 128) reach only this fraction
 #: of the 16-bit tensor peak: Zhang et al. 2023 Table VI profiles them at 4.32 + 2.21 ms for 2 × 64 GFLOP on the
 #: A800 (batch 2, sequence 350, 32 layers), 19.6 TFLOP/s of 312 (zhang2023_module_profiles.md).  One Ampere
