@@ -890,3 +890,17 @@ def test_fsdp_shards_the_routed_experts_over_their_expert_data_parallel_ranks():
     experts = float(m["layers"]) * float(m["experts"]) / 8.0 * 3.0 * float(m["hidden"]) * float(m["moe_ffn_hidden"])
     rest = out["params_per_gpu"] - experts
     assert out["mem_weights_bytes"] == pytest.approx(2.0 * (experts + rest / 8.0), rel=1e-4)
+
+
+def test_automodel_kimi_k2_run_fits_with_its_bf16_parameters_and_adam_state():
+    """NeMo Automodel's published Kimi K2 run (256 H100 80 GB, pp 8, FSDP 32 = EP 32, so each GPU keeps its 12 local
+    experts whole) ran; its models hold bf16 parameters and torch.optim.Adam bf16 moments (the nemo-automodel-0.1
+    profile's optimizer adam_16bit, sourced in dse/stacks.csv), which fit.  With fp32 state and gradients the same
+    layout would need about 115 GB."""
+    row = {"task": "train", "model": "kimi-k2", "system": "h100-sxm-80gb", "gpus": 256, "tp": 1, "pp": 8, "dp": 32,
+           "ep": 32, "vpp": 4, "layers_first_stage": 8, "layers_last_stage": 7, "micro_batch": 1, "global_batch": 512,
+           "seq_len": 4096, "recompute": "full", "zero": 3, "precision": "bf16", "stack": "nemo-automodel-0.1"}
+    out = dse.evaluate(pd.DataFrame([row])).iloc[0]
+    assert out["infeasible_reason"] == "" and out["peak_memory_gb"] < 80.0
+    fp32 = dse.evaluate(pd.DataFrame([{**row, "optimizer": "adam_fp32_grads"}])).iloc[0]
+    assert fp32["infeasible_reason"] != ""
