@@ -952,19 +952,11 @@ def test_mtp_drafter_experts_are_split_over_expert_parallel_ranks_like_the_layer
                          "mtp": 1, "spec_tokens": [0, 1]})
     out = evaluate(rows)
     plain, spec = out["weights_bytes"].to_numpy()
-    from dse.cost.architecture import layer_record, mtp_params
-    from dse.models.catalog import models
-    m = models().loc["deepseek-v3"]
-    x = {k: np.asarray([float(m[k]) if pd.notna(m[k]) else 0.0]) for k in (
-        "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "experts", "top_k", "head_dim",
-        "kv_lora_rank", "q_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_head_dim", "moe_ffn_hidden",
-        "shared_experts", "dense_layers", "moe_every", "sliding_window", "attention_chunk", "global_every", "mtp")}
-    x["attention_kind"] = np.asarray([float(codes.ATTENTION_KIND.index("mla"))])
-    x["mlp"] = np.asarray([float(codes.MLP.index("swiglu"))])
-    rec = layer_record(x)
-    E, h = x["experts"], x["hidden"]
-    routed = float((E * rec["expert_params"])[0])
-    dense = float(mtp_params(rec, h, E, np.asarray([1.0]))[0]) - routed
+    from dse.cost.architecture import mtp_params
+    from dse.models.catalog import model_record, models
+    x, rec = model_record(models().loc[["deepseek-v3"]])
+    routed = float((x["experts"] * rec["expert_params"])[0])
+    dense = float(mtp_params(rec, x["hidden"], x["experts"], np.asarray([1.0]))[0]) - routed
     # dense parts at the FP8 checkpoint's 1 byte (+ block scales), routed experts at the same format
     assert spec - plain == pytest.approx(dense + routed / 64.0, rel=0.01)
 

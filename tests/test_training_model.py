@@ -842,20 +842,13 @@ def test_mtp_module_experts_are_split_over_expert_parallel_ranks():
     """The MTP module on the last pipeline rank holds its routed experts E/(ep·etp) per GPU, like every MoE layer
     (Megatron-core builds the MTP block from the model's layer spec, experts included): with mtp 1 the last rank
     holds (the module's dense parameters)/tp + E·n_mlp·h·f_moe/(ep·etp) more than with mtp 0, not all E experts."""
-    from dse.cost.architecture import layer_record, mtp_params
+    from dse.cost.architecture import mtp_params
+    from dse.models.catalog import model_record
 
     with_mtp, without = _moe_row(mtp=1), _moe_row(mtp=0)
-    m = models().loc["deepseek-v3"]
-    x = {k: np.asarray([float(m[k]) if pd.notna(m[k]) else 0.0]) for k in (
-        "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "experts", "top_k", "head_dim",
-        "kv_lora_rank", "q_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_head_dim", "moe_ffn_hidden",
-        "shared_experts", "dense_layers", "moe_every", "sliding_window", "attention_chunk", "global_every", "mtp")}
-    x["attention_kind"] = np.asarray([float(codes.ATTENTION_KIND.index("mla"))])
-    x["mlp"] = np.asarray([float(codes.MLP.index("swiglu"))])
-    rec = layer_record(x)
-    E, h = float(m["experts"]), float(m["hidden"])
-    routed = E * float(rec["expert_params"][0])
-    module = float(mtp_params(rec, np.asarray([h]), np.asarray([E]), np.asarray([1.0]))[0])
+    x, rec = model_record(models().loc[["deepseek-v3"]])
+    routed = float((x["experts"] * rec["expert_params"])[0])
+    module = float(mtp_params(rec, x["hidden"], x["experts"], np.asarray([1.0]))[0])
     expected = (module - routed) / 1.0 + routed / 64.0  # tp 1, ep 64, etp 1
     assert with_mtp["params_per_gpu"] - without["params_per_gpu"] == pytest.approx(expected, rel=1e-3)
     assert with_mtp["params_per_gpu"] < 9e9  # ~8.1 B on the last rank (16 layers, head, MTP), not 19 B

@@ -51,20 +51,28 @@ def model_row(name: str) -> pd.Series:
     return row
 
 
-def parameter_counts(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(total, active, active without the input embedding) parameters of catalog-shaped ``rows``, from the model
-    record of :mod:`dse.cost.architecture` (what the cost kernels use): L mean layers + the input embedding
-    + the output layer when untied.  Active counts the k routed experts a token visits; sources differ on
-    counting the input embedding (a lookup, no FLOPs): OpenAI's gpt-oss card leaves it out, DeepSeek and Qwen
-    count it.  MTP modules are not counted (DeepSeek-V3 publishes them apart)."""
-    from dse.cost.architecture import ARCHITECTURE_COLUMNS, active_layer_params, layer_params, layer_record
+def model_record(rows: pd.DataFrame) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(model columns as float arrays, :func:`dse.cost.architecture.layer_record`) of catalog-shaped ``rows``
+    (e.g. ``models().loc[["deepseek-v3"]]``): the record the cost kernels read, for callers that derive counts."""
+    from dse.cost.architecture import ARCHITECTURE_COLUMNS, layer_record
 
     x = {k: rows[k].to_numpy(dtype=np.float64) for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden",
                                                        "vocab", "experts", "top_k", "tied_embeddings")}
     x["mlp"] = rows["mlp_code"].to_numpy(dtype=np.float64)
     for k in ARCHITECTURE_COLUMNS:
         x[k] = np.nan_to_num(rows[code_column(k)].to_numpy(dtype=np.float64))
-    rec = layer_record(x)
+    return x, layer_record(x)
+
+
+def parameter_counts(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(total, active, active without the input embedding) parameters of catalog-shaped ``rows``, from the model
+    record of :mod:`dse.cost.architecture` (what the cost kernels use): L mean layers + the input embedding
+    + the output layer when untied.  Active counts the k routed experts a token visits; sources differ on
+    counting the input embedding (a lookup, no FLOPs): OpenAI's gpt-oss card leaves it out, DeepSeek and Qwen
+    count it.  MTP modules are not counted (DeepSeek-V3 publishes them apart)."""
+    from dse.cost.architecture import active_layer_params, layer_params
+
+    x, rec = model_record(rows)
     h, E, V, L = x["hidden"], x["experts"], x["vocab"], x["layers"]
     embed = V * h
     output = V * h * (x["tied_embeddings"] <= 0)
