@@ -330,8 +330,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
             else:
                 print(f"{r.case:<{width}s}  {r.metric:<28s} {r.measured:12.4g} {r.predicted:12.4g} "
                       f"{r.error_pct:+7.2f}%")
-        for note in table["stack_note"].dropna().unique():
-            print(f"note: {note}")
+        counts = table["stack_note"].dropna().value_counts(sort=False)
+        for note, count in counts.items():
+            print(f"note ({count} case{'s' if count > 1 else ''}): {note}")
         n_assumed = int(sum(map(len, table["assumed"].to_numpy())))
         if n_assumed:
             print(f"\n{n_assumed} empty cells filled from documented assumptions "

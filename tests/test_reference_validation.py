@@ -219,3 +219,28 @@ def test_every_case_file_under_tests_is_read_by_dse_validate(capsys):
     for path in files:
         assert main(["validate", str(path), "--json"]) == 0, path.name
         capsys.readouterr()
+
+
+def test_a_measured_run_the_model_puts_over_its_memory_is_scored_with_a_note(tmp_path, capsys):
+    """A measured run that the model predicts does not fit (exceeds_hbm) ran anyway: dse validate still scores its
+    prediction and says, per case and in its printed notes, that the row leaves out a memory-saving setting or a
+    memory term is missing.  Llama 3 70B without recomputation at 8 × 8192 tokens per GPU does not fit an 80 GB H100
+    without tensor or pipeline parallelism."""
+    import pandas as pd
+
+    from dse.cli import main
+    from dse.validation.validate import MEMORY_NOTE
+
+    path = tmp_path / "cases.csv"
+    base = {"task": "train", "model": "llama3-70b", "system": "h100-sxm-80gb", "gpus": 64, "tp": 1, "pp": 1,
+            "dp": 64, "micro_batch": 8, "global_batch": 512, "seq_len": 8192, "recompute": "none", "zero": 3,
+            "precision": "bf16", "metric": "tokens_per_s_per_gpu", "measured": 500, "source": "synthetic"}
+    header = (VENDORED / "megatron_narayanan2021_table1.csv").read_text().splitlines()[0].split(",")
+    rows = pd.DataFrame([{**base, "case": "over"}, {**base, "case": "fits", "tp": 8, "dp": 8, "micro_batch": 1,
+                                                   "recompute": "full"}])
+    rows.reindex(columns=header).to_csv(path, index=False)
+    results = {r.case: r for r in validate_file(path)}
+    assert results["over"].skipped is None and results["over"].predicted is not None
+    assert results["over"].stack_note == MEMORY_NOTE and results["fits"].stack_note is None
+    assert main(["validate", str(path)]) == 0
+    assert f"note (1 case): {MEMORY_NOTE}" in capsys.readouterr().out

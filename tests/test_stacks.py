@@ -79,7 +79,7 @@ def test_a_case_file_predicts_an_unknown_release_with_the_nearest_and_skips_an_u
     assert "no release of the same project" in results["alien"].skipped
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "note: stack 'megatron-lm-2099' has no profile: predicted with 'megatron-lm-2023'" in out
+    assert "note (1 case): stack 'megatron-lm-2099' has no profile: predicted with 'megatron-lm-2023'" in out
 
 
 def test_unknown_stack_is_refused_in_tables_specs_and_explain(capsys):

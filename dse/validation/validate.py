@@ -505,6 +505,13 @@ def validate_table(path: str | Path, assumptions: Sequence[Assumption] = (),
                                "documented release", given[has], stacks[has])
         notes[wrong] = _messages(lambda g, w: f"stack {g!r} is {w}: predicted with the defaults", given[wrong],
                                  other[wrong])
+    # a measured run the model puts over its GPU's memory still gets its prediction scored, and a note: it ran, so
+    # the row leaves out a memory-saving setting (activation offloading, recomputation) or a memory term is missing
+    over_memory = answered & (reason == "exceeds_hbm")
+    if over_memory.any():
+        prior = notes[over_memory]
+        notes[over_memory] = np.where(pd.isna(prior), MEMORY_NOTE,
+                                      _messages(lambda p: f"{p}; {MEMORY_NOTE}", prior.astype(object)))
     assumed = np.empty(n, dtype=object)
     assumed[:] = applied
     text = {"case": cases, "file": np.full(n, name, dtype=object), "metric": metric, "skipped": skipped,
@@ -513,6 +520,13 @@ def validate_table(path: str | Path, assumptions: Sequence[Assumption] = (),
     columns = {k: pd.Series(v, dtype=object, copy=False) for k, v in text.items()}
     columns.update(measured=pd.Series(measured), predicted=pd.Series(predicted_value), error_pct=pd.Series(error))
     return pd.DataFrame({c: columns[c] for c in RESULT_COLUMNS})
+
+
+#: The note of a measured run that the model predicts does not fit in its GPU's memory (infeasible reason
+#: ``exceeds_hbm``); its prediction is still scored.
+MEMORY_NOTE = ("the model puts this measured run over its GPU memory (exceeds_hbm), yet it ran: the row leaves out a "
+               "memory-saving setting (activation offloading, recomputation) or a memory term is missing; "
+               "its prediction is scored")
 
 
 #: Throughput metrics checked against the HBM bound of their configuration.
