@@ -11,6 +11,7 @@ MoE, FlashAttention and context parallelism.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,15 @@ OPTIMIZER_BYTES = 12.0  #: fp32 master weights + Adam momentum + variance, K = 1
 def weight_bytes(params: Array, dp_shards: Array, zero: Array) -> Array:
     """16-bit weights, sharded over the data-parallel ranks at ZeRO-3: 2Ψ / (N_d if zero = 3)."""
     return WEIGHT_BYTES * params / (1.0 + (zero >= 3) * (dp_shards - 1.0))
+
+
+def dense_and_expert(per_shard: Callable[..., Array], dense: Array, experts: Array, dp_shards: Array,
+                     expert_shards: Array, *args: Array) -> Array:
+    """``per_shard(dense, dp_shards, *args) + per_shard(experts, expert_shards, *args)``: a sharded quantity of a GPU
+    whose routed experts shard over their own data-parallel group (tp·dp·cp/(ep·etp) ranks) and the rest over
+    dp·cp, as Megatron-core's expert buffers and distributed optimizer and FSDP's expert mesh (NeMo Automodel's
+    ``ep_shard``) keep them."""
+    return per_shard(dense, dp_shards, *args) + per_shard(experts, expert_shards, *args)
 
 
 def gradient_bytes(params: Array, dp_shards: Array, zero: Array, per_param: Array = GRAD_BYTES) -> Array:

@@ -64,6 +64,7 @@ from dse.cost.memory import (
     GRAD_BYTES,
     OPTIMIZER_TEMP_BYTES,
     adapter_input_bytes,
+    dense_and_expert,
     gradient_bytes,
     layer_activation_terms,
     logits_bytes,
@@ -942,21 +943,20 @@ def _train_step(x: dict[str, Array], modules: bool = False) -> dict[str, Array]:
                 + logits * (1.0 + x["mtp"]))
     act = np.maximum(np.maximum(act_first, act_last), act_mid)
     held = weight_stage_bytes / 2.0  # memory.weight_bytes counts 2 bytes each
-    weights = weight_bytes(held * (1.0 - expert_share), dpc, zero) + weight_bytes(held * expert_share, edp, zero)
+    weights = dense_and_expert(weight_bytes, held * (1.0 - expert_share), held * expert_share, dpc, edp, zero)
     if any_stream:
         weights = pick(off_all, 2.0 * (weight_stage_bytes / lpm), weights)  # offloaded: two layers on the GPU
     # fp32 LoRA adapters (tw = 2) have fp32 gradients whatever the layout; 16-bit-state Adam keeps their dtype
     grad_per_param, state_per_param = optimizer_layout_bytes(x["optimizer"])
     grad_per = np.maximum(grad_per_param / tw, GRAD_BYTES)
     # routed experts' gradients and states shard over their expert-data-parallel ranks (edp), the rest over dp·cp
-    grads = tw * (gradient_bytes(p_dense_train, dpc, zero, grad_per)
-                  + gradient_bytes(p_expert_train, edp, zero, grad_per))
+    grads = tw * dense_and_expert(gradient_bytes, p_dense_train, p_expert_train, dpc, edp, zero, grad_per)
     state = pick(adam16, tw * state_per_param, state_per_param)
-    optim = optimizer_bytes(p_dense_train, dpc, zero, state) + optimizer_bytes(p_expert_train, edp, zero, state)
+    optim = dense_and_expert(optimizer_bytes, p_dense_train, p_expert_train, dpc, edp, zero, state)
     if any_offload:
         optim = (1.0 - off_opt) * optim
-    held_weights = (gather_once_bytes(held * (1.0 - expert_share), dpc)[0]
-                    + gather_once_bytes(held * expert_share, edp)[0])
+    held_weights = dense_and_expert(lambda w, n: gather_once_bytes(w, n)[0], held * (1.0 - expert_share),
+                                    held * expert_share, dpc, edp)
     _, held_grads = gather_once_bytes(p_train, dpc)
     weights = weights + once * (zero >= 3) * held_weights
     grads = grads + once * held_grads
